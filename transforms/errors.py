@@ -1,0 +1,109 @@
+"""The importer's one exception family.
+
+Every failure names the rule it broke (a short stable id, listed in `RULES`), the file it was found
+in and, where there is one, the episode. The pipeline adds the dataset and the episodes file as the
+error travels up (`with_context`), and writes each failure as one row of `errors.jsonl`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Optional
+
+#: rule id -> what it means (mapping §6, §7, §8); the id is what errors.jsonl's `rule` holds.
+RULES: dict[str, str] = {
+    "info_json": "meta/info.json is missing or is not a JSON object",
+    "codebase_version": "codebase_version must be v3.x (v3.0)",
+    "missing_data_path": "info.json has no data_path",
+    "missing_video_path": "info.json declares video features but no video_path",
+    "path_template": "a path template is malformed or leaves the dataset root",
+    "unknown_dtype": "a feature has a dtype the mapping does not know",
+    "scalar_shape": "a bool or string feature has a shape other than [1]",
+    "bad_feature": "a feature entry in info.json is malformed",
+    "episodes_file": "the episodes metadata file is unreadable or lacks a required column",
+    "missing_column": "a data file has no column for a feature",
+    "column_type": "a column does not convert to its declared type",
+    "image_column": "an image column is not a struct with binary bytes",
+    "index_not_consecutive": "a data file's index column is not consecutive",
+    "frames_outside_file": "an episode's frames are not all in its data file",
+    "length_mismatch": "an episode's length does not match its frame range",
+    "file_missing": "a data or video file does not exist",
+    "data_file": "a data file is not readable Parquet",
+    "mp4_structure": "an MP4 has no ftyp or moov, is truncated, or has a box larger than its parent",
+    "mp4_track": "an MP4 has no supported H.264, H.265 or AV1 video track",
+    "data_span": "an episodes file spans more than the data-file byte limit (64 MiB rule)",
+    "language": "a language annotation breaks a rule of the language columns",
+    "accounting": "episodes read do not equal episodes written plus episodes failed",
+    "io": "reading or writing storage failed",
+}
+
+
+class LeRobotImportError(Exception):
+    """A dataset breaks a rule. `str()` gives a message a user can act on."""
+
+    def __init__(self, rule: str, message: str, *, file: Optional[str] = None,
+                 episode_index: Optional[int] = None, dataset: Optional[str] = None,
+                 episodes_file: Optional[str] = None) -> None:
+        if rule not in RULES:
+            raise ValueError(f"unknown rule id {rule!r}")
+        super().__init__(message)
+        self.rule = rule
+        self.message = message
+        self.file = file
+        self.episode_index = episode_index
+        self.dataset = dataset
+        self.episodes_file = episodes_file
+
+    def with_context(self, *, dataset: Optional[str] = None, episodes_file: Optional[str] = None,
+                     episode_index: Optional[int] = None, file: Optional[str] = None) -> "LeRobotImportError":
+        """Fill in what the raiser did not know; never overwrite what it did."""
+        self.dataset = self.dataset or dataset
+        self.episodes_file = self.episodes_file or episodes_file
+        if self.episode_index is None:
+            self.episode_index = episode_index
+        self.file = self.file or file
+        return self
+
+    def __str__(self) -> str:
+        where = []
+        if self.dataset:
+            where.append(f"dataset {self.dataset}")
+        if self.episodes_file:
+            where.append(f"episodes file {self.episodes_file}")
+        if self.episode_index is not None:
+            where.append(f"episode {self.episode_index}")
+        if self.file and self.file != self.episodes_file:
+            where.append(f"file {self.file}")
+        prefix = ", ".join(where)
+        return f"[{self.rule}] {prefix + ': ' if prefix else ''}{self.message}"
+
+    def __reduce__(self):
+        return (_rebuild, (self.rule, self.message, self.file, self.episode_index, self.dataset, self.episodes_file))
+
+    def to_record(self) -> "FailureRecord":
+        return FailureRecord(dataset=self.dataset, episodes_file=self.episodes_file,
+                             episode_index=self.episode_index, file=self.file, rule=self.rule, message=str(self))
+
+
+def _rebuild(rule, message, file, episode_index, dataset, episodes_file) -> LeRobotImportError:
+    return LeRobotImportError(rule, message, file=file, episode_index=episode_index, dataset=dataset,
+                              episodes_file=episodes_file)
+
+
+@dataclasses.dataclass(frozen=True, order=True)
+class FailureRecord:
+    """One row of errors.jsonl."""
+
+    dataset: Optional[str]
+    episodes_file: Optional[str]
+    episode_index: Optional[int]
+    file: Optional[str]
+    rule: str
+    message: str
+
+    def to_json_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    def sort_key(self) -> tuple:
+        return (self.dataset or "", self.episodes_file or "",
+                -1 if self.episode_index is None else self.episode_index, self.file or "", self.rule, self.message)
