@@ -179,6 +179,19 @@ def duration() -> pa.DataType:
     return DurationType()
 
 
+def null_media_index(n: int) -> pa.Array:
+    """`n` null MediaIndex values whose non-nullable children hold valid placeholders (Parquet refuses
+    nulls in a non-nullable child even under a null parent)."""
+    storage_type = MediaIndexType.storage()
+    track_list = storage_type.field("tracks").type
+    import numpy as np
+    children = [pa.array(np.zeros(n, np.uint32)),
+                pa.ListArray.from_arrays(pa.array(np.zeros(n + 1, np.int32)), pa.array([], track_list.value_type),
+                                         type=track_list)]
+    storage = pa.StructArray.from_arrays(children, fields=list(storage_type), mask=pa.array(np.ones(n, bool)))
+    return pa.ExtensionArray.from_storage(MediaIndexType(), storage)
+
+
 def type_signature(t: pa.DataType) -> str:
     """A canonical text form of a type: extension names, their metadata and storage, field names,
     nullability and field metadata. Two types with equal signatures serialize identically, whichever

@@ -1,0 +1,226 @@
+"""Data-file rows -> the `frames` of an episode, typed as info.json declares (mapping §2, §3).
+
+Column-at-a-time and vectorised: casts and list checks run in Arrow compute over a whole slice,
+never per frame in Python.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Optional, Sequence
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from transforms import episode_type, spql_types
+from transforms.dataset_info import DatasetInfo, Feature
+from transforms.errors import LeRobotImportError
+
+
+@dataclasses.dataclass(frozen=True)
+class IndexLayout:
+    """Where each global frame `index` lies in a data file whose `index` column is consecutive."""
+
+    first_index: int
+    num_rows: int
+
+    def rows_of(self, from_index: int, to_index: int, *, episode_index: int, file: str) -> tuple[int, int]:
+        last = self.first_index + self.num_rows
+        if from_index < self.first_index or to_index > last:
+            raise LeRobotImportError(
+                "frames_outside_file", f"episode {episode_index} spans frames {from_index}..{to_index}, outside its "
+                f"data file's {self.first_index}..{last}", episode_index=episode_index, file=file)
+        return from_index - self.first_index, to_index - self.first_index
+
+
+def index_layout(index: pa.Array | pa.ChunkedArray, *, file: str) -> IndexLayout:
+    """Check that a data file's `index` column is consecutive and say where it starts."""
+    if isinstance(index, pa.ChunkedArray):
+        index = index.combine_chunks()
+    if index.null_count:
+        raise LeRobotImportError("index_not_consecutive", "the data file's `index` column holds nulls", file=file)
+    if not pa.types.is_integer(index.type):
+        try:
+            index = index.cast(pa.int64(), safe=True)
+        except pa.ArrowException:
+            raise LeRobotImportError("column_type", f"the data file's `index` column is {index.type}, not integers",
+                                     file=file) from None
+    values = index.to_numpy(zero_copy_only=False).astype(np.int64, copy=False)
+    if len(values) == 0:
+        return IndexLayout(0, 0)
+    steps = np.diff(values)
+    bad = np.flatnonzero(steps != 1)
+    if len(bad):
+        i = int(bad[0])
+        raise LeRobotImportError("index_not_consecutive", f"the data file's `index` column is not consecutive: row "
+                                 f"{i + 1} holds {values[i + 1]} after {values[i]}", file=file)
+    return IndexLayout(int(values[0]), len(values))
+
+
+def convert_frames(table: pa.Table, info: DatasetInfo, *, episode_index: int, file: str) -> pa.StructArray:
+    """The frames of one episode from its rows of the data file."""
+    arrays = []
+    for feature in info.frame_features:
+        if feature.name not in table.column_names:
+            raise LeRobotImportError("missing_column", f"the data file has no `{feature.name}` column",
+                                     episode_index=episode_index, file=file)
+        column = table.column(feature.name).combine_chunks()
+        try:
+            arrays.append(convert_column(column, feature))
+        except LeRobotImportError as ex:
+            raise ex.with_context(episode_index=episode_index, file=file)
+    frame_type = episode_type.frame_type(info)
+    return pa.StructArray.from_arrays(arrays, fields=list(frame_type))
+
+
+def convert_column(column: pa.Array, feature: Feature) -> pa.Array:
+    kind = feature.kind
+    if isinstance(column.type, pa.BaseExtensionType) and kind != "language":
+        column = column.storage
+    if kind == "numeric":
+        if feature.is_scalar:
+            return _safe_cast(_unwrap_scalar_list(column, feature), episode_type.numeric_type(feature.dtype), feature)
+        return _tensor(column, feature)
+    if kind == "bool":
+        return _safe_cast(_unwrap_scalar_list(column, feature), pa.bool_(), feature)
+    if kind == "string":
+        column = _unwrap_scalar_list(column, feature)
+        if not (pa.types.is_string(column.type) or pa.types.is_large_string(column.type)
+                or pa.types.is_string_view(column.type) or pa.types.is_null(column.type)):
+            _fail_cast(feature, column.type, pa.utf8(), "it is not a string column")
+        return _safe_cast(column, pa.utf8(), feature)
+    if kind == "image":
+        return _image(column, feature)
+    if kind == "language":
+        from transforms import language_columns
+        return language_columns.normalize_language_column(
+            column, "persistent" if feature.name == "language_persistent" else "events", feature=feature.name)
+    raise LeRobotImportError("unknown_dtype", f"feature `{feature.name}` has unknown dtype `{feature.dtype}`")
+
+
+def _fail_cast(feature: Feature, have: pa.DataType, want: pa.DataType, why: str) -> None:
+    raise LeRobotImportError("column_type", f"column `{feature.name}` ({have}) does not convert to its declared type "
+                             f"{feature.dtype} {list(feature.shape)} ({want}): {why}")
+
+
+def _safe_cast(column: pa.Array, target: pa.DataType, feature: Feature) -> pa.Array:
+    if column.type == target:
+        return column
+    if pa.types.is_floating(column.type) and pa.types.is_floating(target) and target.bit_width < column.type.bit_width:
+        return _narrow_float(column, target, feature)
+    try:
+        return pc.cast(column, target, safe=True)
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError) as ex:
+        _fail_cast(feature, column.type, target, str(ex).split("\n")[0])
+
+
+def _narrow_float(column: pa.Array, target: pa.DataType, feature: Feature) -> pa.Array:
+    """A float narrowing is safe only when every finite value survives the round trip."""
+    narrow = pc.cast(column, target, safe=False)
+    back = pc.cast(narrow, column.type)
+    lost = pc.and_(pc.is_finite(column), pc.not_equal(back, column))
+    if pc.any(lost).as_py():
+        i = pc.index(lost, True).as_py()
+        _fail_cast(feature, column.type, target, f"value {column[i].as_py()!r} at row {i} would lose precision")
+    return narrow
+
+
+def _unwrap_scalar_list(column: pa.Array, feature: Feature) -> pa.Array:
+    """A shape-[1] feature stored as one-element lists reads as its element."""
+    t = column.type
+    if pa.types.is_fixed_size_list(t) or pa.types.is_list(t) or pa.types.is_large_list(t):
+        lengths = pc.list_value_length(column)
+        if pc.any(pc.not_equal(lengths, 1)).as_py():
+            i = pc.index(pc.not_equal(lengths, 1), True).as_py()
+            _fail_cast(feature, t, t.value_type, f"value at row {i} has length {lengths[i].as_py()}, expected 1")
+        values = column.flatten()
+        if column.null_count:
+            values = pc.take(values, _valid_positions(column))
+        return values
+    return column
+
+
+def _valid_positions(column: pa.Array) -> pa.Array:
+    """Indices into the flattened values for each row, null where the row is null."""
+    valid = column.is_valid().to_numpy(zero_copy_only=False)
+    idx = np.cumsum(valid) - 1
+    return pa.array(idx, pa.int64(), mask=~valid)
+
+
+def _tensor(column: pa.Array, feature: Feature) -> pa.Array:
+    """Nested lists (fixed or variable, one level per dimension) -> fixed_shape_tensor storage."""
+    target = episode_type.tensor_type(feature)
+    value_type = episode_type.numeric_type(feature.dtype)
+    mask = column.is_null() if column.null_count else None
+    rows = column.drop_null() if column.null_count else column
+    values = rows
+    for depth, dim in enumerate(feature.shape):
+        t = values.type
+        if not (pa.types.is_fixed_size_list(t) or pa.types.is_list(t) or pa.types.is_large_list(t)):
+            why = ("a flat list cannot hold a multi-dimensional tensor" if depth >= 1 else "it is not a list")
+            _fail_cast(feature, column.type, target.storage_type, f"{why} (expected {len(feature.shape)} list levels)")
+        if values.null_count:
+            _fail_cast(feature, column.type, target.storage_type, f"a null inside a frame's nested lists "
+                       f"(level {depth + 1})")
+        if pa.types.is_fixed_size_list(t):
+            if t.list_size != dim:
+                _fail_cast(feature, column.type, target.storage_type, f"lists at level {depth + 1} hold {t.list_size} "
+                           f"values, expected {dim}")
+        else:
+            lengths = pc.list_value_length(values)
+            wrong = pc.not_equal(lengths, dim)
+            if pc.any(wrong).as_py():
+                i = pc.index(wrong, True).as_py()
+                _fail_cast(feature, column.type, target.storage_type, f"value at index {i} (level {depth + 1}) has "
+                           f"length {lengths[i].as_py()}, expected {dim}")
+        values = values.flatten()
+    if pa.types.is_nested(values.type):
+        _fail_cast(feature, column.type, target.storage_type, f"more list levels than the {len(feature.shape)} "
+                   "dimensions of the declared shape")
+    values = _safe_cast(values, value_type, feature)
+    storage = pa.FixedSizeListArray.from_arrays(values, type=target.storage_type)
+    if mask is not None:
+        storage = pc.take(storage, _valid_positions(column))
+    return pa.ExtensionArray.from_storage(target, storage)
+
+
+def _image(column: pa.Array, feature: Feature) -> pa.Array:
+    """`struct<bytes: binary, path: string>` -> spql.EncodedImage with the bytes inline (no header read)."""
+    t = column.type
+    bytes_field = t.get_field_index("bytes") if pa.types.is_struct(t) else -1
+    if bytes_field < 0 or not (pa.types.is_binary(t.field(bytes_field).type)
+                               or pa.types.is_large_binary(t.field(bytes_field).type)
+                               or pa.types.is_binary_view(t.field(bytes_field).type)):
+        raise LeRobotImportError("image_column", f"image feature `{feature.name}` is stored as {t}; only encoded "
+                                 "images, structs with binary `bytes`, are read")
+    data = pc.struct_field(column, [bytes_field]).cast(pa.binary())
+    n = len(column)
+    present = data.is_valid()
+    mask = pc.invert(present)
+    blob_type = spql_types.blob()
+    nulls = {f.name: pa.nulls(n, f.type) for f in blob_type.storage_type}
+    blob_storage = pa.StructArray.from_arrays([data if f.name == "bytes" else nulls[f.name]
+                                               for f in blob_type.storage_type],
+                                              fields=list(blob_type.storage_type), mask=mask)
+    width, height = feature.named_dim("width"), feature.named_dim("height")
+    image_type = spql_types.encoded_image()
+    children = [
+        pa.ExtensionArray.from_storage(blob_type, blob_storage),
+        pa.nulls(n, pa.utf8()), pa.nulls(n, pa.utf8()),
+        pa.array(np.full(n, width, np.uint32)) if width is not None else pa.nulls(n, pa.uint32()),
+        pa.array(np.full(n, height, np.uint32)) if height is not None else pa.nulls(n, pa.uint32()),
+    ]
+    storage = pa.StructArray.from_arrays(children, fields=list(image_type.storage_type), mask=mask)
+    return pa.ExtensionArray.from_storage(image_type, storage)
+
+
+def frames_list(frames: Sequence[pa.StructArray], frame_type: pa.StructType) -> pa.ListArray:
+    """Per-episode frame arrays -> the `frames` column (one list per episode)."""
+    lengths = np.fromiter((len(f) for f in frames), np.int64, len(frames))
+    offsets = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int32)
+    values = pa.concat_arrays(list(frames)) if frames else pa.array([], frame_type)
+    list_type = pa.list_(pa.field("item", frame_type, nullable=False))
+    return pa.ListArray.from_arrays(pa.array(offsets), values, type=list_type)
+
+

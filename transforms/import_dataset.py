@@ -1,0 +1,309 @@
+"""ImportLeRobotDatasets: the Beam story of an import, and the thin DoFns it is told with.
+
+    datasets ─► episodes files ─► reshuffle ─► plan each file: one small work item per episode
+       work items ─► group by data file ─► read each data file once ─► frames per episode
+       work items ─► group by MP4 ─► read each moov once ─► clip facts (+ MediaIndex) per file
+       plans + frames + clip facts ─► group by part ─► write each part (temporary name)
+       parts ─► group by episodes file ─► move all parts into place, or none
+       outcomes ─► per dataset: errors.jsonl + manifest.json
+
+Every failure travels as data (a FailureRecord), so one bad episodes file never stops the others.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from typing import Iterable, Iterator
+
+import apache_beam as beam
+from apache_beam.metrics import Metrics
+
+from transforms import data_files, episodes_metadata, sink, storage
+from transforms import media_files
+from transforms.dataset_info import INDEXED_CODECS
+from transforms.errors import FailureRecord, LeRobotImportError
+from transforms.import_plan import (EpisodeWork, FileOutcome, ImportConfig, PartHeader, PartResult,
+                                    episodes_file_uris, error_record, failure_rows_for_file, load_info,
+                                    output_part_path)
+
+_LOG = logging.getLogger(__name__)
+NAMESPACE = "lerobot_import"
+
+
+def _counter(name: str):
+    return Metrics.counter(NAMESPACE, name)
+
+
+class ListEpisodesFiles(beam.DoFn):
+    """dataset root -> (root, episodes file relative path), one per `meta/episodes/*/*.parquet`."""
+
+    def __init__(self, config: ImportConfig) -> None:
+        self._config = config
+
+    def process(self, root: str) -> Iterator:
+        try:
+            uris = episodes_file_uris(root)
+        except OSError as ex:
+            uris, err = [], LeRobotImportError("io", f"cannot list the episodes files: {ex}", file="meta/episodes")
+        else:
+            err = LeRobotImportError("episodes_file", "the dataset has no meta/episodes/*/*.parquet files",
+                                     file="meta/episodes") if not uris else None
+        if err is not None:
+            rec = error_record(err, dataset=root, episodes_file=None)
+            yield beam.pvalue.TaggedOutput("outcomes", FileOutcome(root, "meta/episodes", "failed", failures=(rec,)))
+        for uri in uris:
+            yield root, storage.relative_to(root, uri)
+
+
+class PlanEpisodesFile(beam.DoFn):
+    """(root, episodes file) -> part headers (main), episode work items ("work"), or a failed outcome."""
+
+    def __init__(self, config: ImportConfig) -> None:
+        self._config = config
+
+    def process(self, element: tuple[str, str]) -> Iterator:
+        root, rel = element
+        try:
+            info = load_info(root, skip_videos=self._config.skip_videos)
+            raw = storage.read_bytes(storage.join(root, rel), what="episodes file", file=rel)
+            rows = episodes_metadata.read_episode_rows(raw, info, file=rel)
+            parts = episodes_metadata.plan_parts(
+                rows, lambda f: storage.file_size(storage.join(root, f), what="data file", file=f),
+                limit=self._config.data_span_limit, in_parts=self._config.read_in_parts, file=rel)
+        except LeRobotImportError as ex:
+            episodes = _episode_indices_if_readable(root, rel)
+            failures = failure_rows_for_file(root, rel, episodes, [error_record(ex, dataset=root, episodes_file=rel)])
+            _counter("errors").inc(len(failures))
+            yield beam.pvalue.TaggedOutput("outcomes", FileOutcome(root, rel, "failed", episodes=len(episodes),
+                                                                   failures=failures))
+            return
+        by_position = {r.position: r for r in rows}
+        codecs = tuple(f.video_codec for f in info.video_features)
+        for plan in parts:
+            key = (root, rel, plan.part)
+            part_rows = tuple(by_position[p] for p in plan.positions)
+            yield key, ("plan", PartHeader(root, rel, plan, len(parts), part_rows))
+            for row in part_rows:
+                yield beam.pvalue.TaggedOutput("work", EpisodeWork(key, row, codecs))
+
+
+def _episode_indices_if_readable(root: str, rel: str) -> tuple[int, ...]:
+    """The episode_index column of an episodes file that failed, so its episodes can be accounted for."""
+    try:
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+        raw = storage.read_bytes(storage.join(root, rel), what="episodes file", file=rel)
+        col = pq.read_table(pa.BufferReader(raw), columns=["episode_index"]).column("episode_index")
+        return tuple(int(v) for v in col.to_pylist() if v is not None)
+    except Exception:  # noqa: BLE001 - best effort: the file is already failing for a reported reason
+        return ()
+
+
+class ReadFrames(beam.DoFn):
+    """(data file, its episodes) -> (part key, ("frames", position, frames)) or a failure, reading the file once."""
+
+    def __init__(self, config: ImportConfig) -> None:
+        self._config = config
+
+    def process(self, element: tuple[tuple[str, str], Iterable[EpisodeWork]]) -> Iterator:
+        (root, rel), works = element
+        info = load_info(root, skip_videos=self._config.skip_videos)
+        counter = storage.ReadCounter()
+        episodes = [(w.part_key, w.row) for w in works]
+        for key, row, result in data_files.read_data_file(storage.join(root, rel), rel, info, episodes, counter):
+            if isinstance(result, LeRobotImportError):
+                _counter("errors").inc()
+                yield key, ("failure", error_record(result, dataset=root, episodes_file=key[1]))
+            else:
+                _counter("episodes").inc()
+                _counter("frames").inc(len(result))
+                yield key, ("frames", row.position, result)
+        _counter("data_bytes_read").inc(counter.bytes_read)
+        _counter("data_read_requests").inc(counter.requests)
+
+
+def _video_refs(work: EpisodeWork) -> Iterator:
+    for video, codec in zip(work.row.videos, work.video_codecs):
+        yield (work.part_key[0], video.file), (work.part_key, codec)
+
+
+class ReadVideoFiles(beam.DoFn):
+    """(MP4, the parts that use it) -> (part key, ("video", path, VideoFile)) for each part, or failures.
+
+    The file's facts (size, MediaIndex from its moov) are read once, whatever the number of episodes."""
+
+    def __init__(self, config: ImportConfig) -> None:
+        self._config = config
+
+    def process(self, element: tuple[tuple[str, str], Iterable[tuple]]) -> Iterator:
+        (root, rel), uses = element
+        uses = list(uses)
+        part_keys = sorted({k for k, _ in uses})
+        build_index = any(codec in INDEXED_CODECS for _, codec in uses)
+        try:
+            facts = media_files.read_video_file(storage.join(root, rel), rel, build_index=build_index)
+        except LeRobotImportError as ex:
+            _counter("errors").inc()
+            for key in part_keys:
+                yield key, ("failure", error_record(ex, dataset=root, episodes_file=key[1]))
+            return
+        _counter("mp4_files").inc()
+        _counter("mp4_bytes_read").inc(facts.bytes_read)
+        _counter("mp4_read_requests").inc(facts.requests)
+        video_file = facts.video_file(inline_index=self._config.inline_index)
+        for key in part_keys:
+            yield key, ("video", rel, video_file)
+        if facts.index is not None and not self._config.inline_index:
+            yield beam.pvalue.TaggedOutput("index_rows", (root, facts.uri, facts.size, facts.index))
+
+
+class WritePart(beam.DoFn):
+    """(part key, its plan + frames + MP4 facts + failures) -> (file key, PartResult), written under a temp name."""
+
+    def __init__(self, config: ImportConfig) -> None:
+        self._config = config
+
+    def process(self, element: tuple[tuple, Iterable[tuple]]) -> Iterator:
+        (root, rel, part), messages = element
+        header, frames, videos, failures = None, {}, {}, []
+        for message in messages:
+            tag = message[0]
+            if tag == "plan":
+                header = message[1]
+            elif tag == "frames":
+                frames[message[1]] = message[2]
+            elif tag == "video":
+                videos[message[1]] = message[2]
+            else:
+                failures.append(message[1])
+        assert header is not None, f"part {part} of {rel} has no plan"
+        rows = header.rows
+        base = dict(dataset=root, episodes_file=rel, part=part, num_parts=header.num_parts,
+                    episode_indices=tuple(r.episode_index for r in rows), data_bytes=header.plan.data_bytes,
+                    oversized=header.plan.oversized)
+        if not failures:
+            missing = [r.episode_index for r in rows if r.position not in frames]
+            if missing:
+                failures.append(FailureRecord(root, rel, missing[0], None, "accounting",
+                                              f"episodes {missing} produced no frames"))
+        if failures:
+            yield (root, rel), PartResult(**base, failures=tuple(sorted(failures, key=FailureRecord.sort_key)))
+            return
+        info = load_info(root, skip_videos=self._config.skip_videos)
+        table = sink.part_table(info, rows, [frames[r.position] for r in rows], videos,
+                                inline_index=self._config.inline_index)
+        data = sink.parquet_bytes(table)
+        out = self._config.output_of(root)
+        final = storage.join(out, output_part_path(rel, part, header.num_parts))
+        tmp = storage.write_tmp(final, lambda f: f.write(data))
+        _counter("parts_written").inc()
+        _counter("output_bytes").inc(len(data))
+        yield (root, rel), PartResult(**base, tmp_uri=tmp, frames=sum(len(frames[r.position]) for r in rows),
+                                      bytes=len(data))
+
+
+class CommitEpisodesFile(beam.DoFn):
+    """(file key, its PartResults) -> FileOutcome: every part moved into place, or none."""
+
+    def __init__(self, config: ImportConfig) -> None:
+        self._config = config
+
+    def process(self, element: tuple[tuple[str, str], Iterable[PartResult]]) -> Iterator[FileOutcome]:
+        (root, rel), results = element
+        outcome = sink.commit_episodes_file(self._config.output_of(root), root, rel, list(results))
+        if outcome.status == "failed":
+            _LOG.warning("episodes file %s of %s failed: %s", rel, root, outcome.failures[0].message)
+        else:
+            _LOG.info("episodes file %s of %s imported: %d episodes, %d frames, %d parts", rel, root,
+                      outcome.episodes, outcome.frames, len(outcome.parts))
+        yield outcome
+
+
+class FinishDataset(beam.DoFn):
+    """(dataset, its outcomes) -> errors.jsonl and manifest.json under the dataset's output; yields the manifest."""
+
+    def __init__(self, config: ImportConfig, started_at: str) -> None:
+        self._config = config
+        self._started_at = started_at
+
+    def process(self, element: tuple[str, Iterable]) -> Iterator[dict]:
+        root, items = element
+        outcomes = [i for i in items if isinstance(i, FileOutcome)]
+        media_index_files = sorted(i for i in items if isinstance(i, str))
+        out = self._config.output_of(root)
+        for stale in media_files.stale_media_index_parts(out, keep=media_index_files):
+            storage.remove(stale)
+        try:
+            info_sha = load_info(root, skip_videos=self._config.skip_videos).sha256
+        except LeRobotImportError:
+            info_sha = None
+        failures = [f for o in outcomes for f in o.failures]
+        doc = sink.manifest(root, info_sha, outcomes, started_at=self._started_at, finished_at=sink.now_iso(),
+                            media_index_files=media_index_files)
+        totals = doc["totals"]
+        if totals["episodes"] != totals["episodes_written"] + totals["episodes_failed"]:
+            doc["status"] = "failed"
+            acc = FailureRecord(root, None, None, None, "accounting",
+                                f"episodes read ({totals['episodes']}) != written ({totals['episodes_written']}) + "
+                                f"failed ({totals['episodes_failed']})")
+            failures.append(acc)
+            totals["errors"] += 1
+        storage.write_atomic(storage.join(out, "errors.jsonl"), sink.errors_jsonl(failures))
+        storage.write_atomic(storage.join(out, "manifest.json"),
+                             (json.dumps(doc, indent=2, sort_keys=True) + "\n").encode())
+        yield doc
+
+
+class ImportLeRobotDatasets(beam.PTransform):
+    """Import LeRobot v3 datasets (a PCollection of root URIs) into `config`'s outputs.
+
+    Returns the PCollection of manifests, one per dataset."""
+
+    def __init__(self, config: ImportConfig, started_at: str) -> None:
+        super().__init__()
+        self._config = config
+        self._started_at = started_at
+
+    def expand(self, roots):
+        config = self._config
+        listed = roots | "ListEpisodesFiles" >> beam.ParDo(ListEpisodesFiles(config)).with_outputs(
+            "outcomes", main="files")
+        planned = (listed.files
+                   | "SpreadEpisodesFiles" >> beam.Reshuffle()
+                   | "PlanEpisodesFiles" >> beam.ParDo(PlanEpisodesFile(config)).with_outputs(
+                       "work", "outcomes", main="headers"))
+        frames = (planned.work
+                  | "ByDataFile" >> beam.Map(lambda w: ((w.part_key[0], w.row.data_file), w))
+                  | "GroupByDataFile" >> beam.GroupByKey()
+                  | "ReadFrames" >> beam.ParDo(ReadFrames(config)))
+        video_files = (planned.work
+                       | "ByVideoFile" >> beam.FlatMap(_video_refs)
+                       | "GroupByVideoFile" >> beam.GroupByKey()
+                       | "ReadVideoFiles" >> beam.ParDo(ReadVideoFiles(config)).with_outputs(
+                           "index_rows", main="facts"))
+        media_index_files = (video_files.index_rows
+                             | "WriteMediaIndex" >> media_files.WriteMediaIndex(config))
+        committed = ((planned.headers, frames, video_files.facts)
+                     | "AllPartMessages" >> beam.Flatten()
+                     | "GroupByPart" >> beam.GroupByKey()
+                     | "WriteParts" >> beam.ParDo(WritePart(config))
+                     | "GroupByEpisodesFile" >> beam.GroupByKey()
+                     | "CommitEpisodesFiles" >> beam.ParDo(CommitEpisodesFile(config)))
+        return ((listed.outcomes, planned.outcomes, committed)
+                | "AllOutcomes" >> beam.Flatten()
+                | "ByDatasetOutcome" >> beam.Map(lambda o: (o.dataset, o))
+                | "WithMediaIndexFiles" >> _WithMediaIndexFiles(media_index_files)
+                | "GroupByDataset" >> beam.GroupByKey()
+                | "FinishDatasets" >> beam.ParDo(FinishDataset(config, self._started_at)))
+
+
+class _WithMediaIndexFiles(beam.PTransform):
+    """Adds (dataset, media_index file path) items beside the outcomes so the manifest lists them."""
+
+    def __init__(self, media_index_files) -> None:
+        super().__init__()
+        self._files = media_index_files
+
+    def expand(self, outcomes):
+        return (outcomes, self._files) | beam.Flatten()

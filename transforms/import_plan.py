@@ -1,0 +1,136 @@
+"""The small elements that flow through the import pipeline, and the pure steps that make them.
+
+Keys are tuples of primitives (deterministic coders); values are frozen dataclasses holding paths,
+ranges and results, never more data than one episode's frames.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+from typing import Optional
+
+from transforms import storage
+from transforms.dataset_info import EPISODES_DIR, INFO_PATH, DatasetInfo, parse_info
+from transforms.episodes_metadata import DATA_SPAN_LIMIT, EpisodeRow, PartPlan
+from transforms.errors import FailureRecord, LeRobotImportError
+
+PartKey = tuple  # (dataset_uri, episodes_file, part)
+FileKey = tuple  # (dataset_uri, episodes_file)
+
+
+@dataclasses.dataclass(frozen=True)
+class ImportConfig:
+    """What one pipeline run imports and how; pickled into every DoFn."""
+
+    targets: tuple[tuple[str, str], ...]  # (dataset root URI, output root URI)
+    read_in_parts: bool = False
+    data_span_limit: int = DATA_SPAN_LIMIT
+    inline_index: bool = False
+    skip_videos: bool = False
+
+    def output_of(self, dataset: str) -> str:
+        for root, out in self.targets:
+            if root == dataset:
+                return out
+        raise KeyError(dataset)
+
+
+@functools.lru_cache(maxsize=64)
+def _load_info_cached(root: str, skip_videos: bool) -> DatasetInfo:
+    raw = storage.read_bytes(storage.join(root, INFO_PATH), what="info file", file=INFO_PATH)
+    info = parse_info(raw)
+    return info.without_videos() if skip_videos else info
+
+
+def load_info(root: str, *, skip_videos: bool = False) -> DatasetInfo:
+    """info.json of a dataset, parsed once per worker process."""
+    return _load_info_cached(root, skip_videos)
+
+
+@dataclasses.dataclass(frozen=True)
+class PartHeader:
+    """Everything the part writer needs besides frames and MP4 facts."""
+
+    dataset: str
+    episodes_file: str
+    plan: PartPlan
+    num_parts: int
+    rows: tuple[EpisodeRow, ...]
+
+
+@dataclasses.dataclass(frozen=True)
+class EpisodeWork:
+    """One episode to read: which part it belongs to and where its files are."""
+
+    part_key: PartKey
+    row: EpisodeRow
+    video_codecs: tuple[Optional[str], ...]  # declared codec per camera, in row.videos order
+
+
+@dataclasses.dataclass(frozen=True)
+class PartResult:
+    """A written (temporary) part, or why it could not be written."""
+
+    dataset: str
+    episodes_file: str
+    part: int
+    num_parts: int
+    episode_indices: tuple[int, ...]
+    tmp_uri: Optional[str] = None
+    frames: int = 0
+    bytes: int = 0
+    data_bytes: int = 0
+    oversized: bool = False
+    failures: tuple[FailureRecord, ...] = ()
+
+
+@dataclasses.dataclass(frozen=True)
+class FileOutcome:
+    """How one episodes file ended: imported (with its parts) or failed (every episode accounted for)."""
+
+    dataset: str
+    episodes_file: str
+    status: str  # "imported" | "failed"
+    parts: tuple[str, ...] = ()  # output paths relative to the output root
+    episodes: int = 0  # episodes read from the episodes file
+    episodes_written: int = 0
+    frames: int = 0
+    bytes: int = 0
+    data_bytes: int = 0
+    failures: tuple[FailureRecord, ...] = ()
+    notes: tuple[str, ...] = ()
+
+
+def episodes_file_uris(root: str) -> list[str]:
+    """`meta/episodes/*/*.parquet`, sorted by path (mapping §1)."""
+    return [u for u in storage.glob(storage.join(root, EPISODES_DIR + "/*/*.parquet"))]
+
+
+def output_part_path(episodes_file: str, part: int, num_parts: int) -> str:
+    """`episodes/<path under meta/episodes/>`, with `.part-NNNN` when the file is read in several parts."""
+    rel = episodes_file[len(EPISODES_DIR) + 1:] if episodes_file.startswith(EPISODES_DIR + "/") else episodes_file
+    if num_parts > 1:
+        stem = rel[: -len(".parquet")] if rel.endswith(".parquet") else rel
+        rel = f"{stem}.part-{part:04d}.parquet"
+    return "episodes/" + rel
+
+
+def failure_rows_for_file(dataset: str, episodes_file: str, episode_indices: tuple[int, ...],
+                          failures: list[FailureRecord]) -> tuple[FailureRecord, ...]:
+    """errors.jsonl rows of a failed episodes file: each failure found, and one row for every other
+    episode of the file saying why it was not imported, so episodes read = written + listed."""
+    out = {f.sort_key(): f for f in failures}
+    named = {f.episode_index for f in failures if f.episode_index is not None}
+    if failures:
+        first = sorted(failures, key=FailureRecord.sort_key)[0]
+        for ep in episode_indices:
+            if ep not in named:
+                rec = FailureRecord(dataset=dataset, episodes_file=episodes_file, episode_index=ep, file=first.file,
+                                    rule=first.rule, message=f"not imported: its episodes file failed: {first.message}")
+                out[rec.sort_key()] = rec
+    return tuple(out[k] for k in sorted(out))
+
+
+def error_record(ex: LeRobotImportError, *, dataset: str, episodes_file: Optional[str]) -> FailureRecord:
+    return ex.with_context(dataset=dataset, episodes_file=episodes_file).to_record()

@@ -1,0 +1,154 @@
+"""The output layout (mapping §9): episode parts, errors.jsonl, manifest.json — all written atomically.
+
+A part is written under a temporary name; an episodes file's parts are moved into place together
+only when all of them were written, so a crashed or retried run never leaves a partial part where a
+reader would take it for a finished one.
+"""
+
+from __future__ import annotations
+
+import datetime
+import hashlib
+import io
+import json
+from typing import Iterable, Mapping, Optional, Sequence
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from transforms import episode_type, frames as frames_lib, storage, videos as videos_lib
+from transforms.dataset_info import DatasetInfo
+from transforms.episodes_metadata import EpisodeRow
+from transforms.errors import FailureRecord
+from transforms.import_plan import FileOutcome, PartResult, output_part_path
+
+TOOL_NAME = "lerobot-beam-import"
+TOOL_VERSION = "0.1.0"
+# Row groups of at most this many episodes keep a reader's fetches small.
+EPISODES_PER_ROW_GROUP = 64
+
+
+def part_table(info: DatasetInfo, rows: Sequence[EpisodeRow], frames: Sequence[pa.StructArray],
+               video_files: Mapping[str, videos_lib.VideoFile], *, inline_index: bool) -> pa.Table:
+    """One part: its episodes in row order, typed as the episode type."""
+    schema = episode_type.episode_schema(info)
+    columns = [
+        pa.array([r.episode_index for r in rows], pa.int64()),
+        pa.array([list(r.tasks) for r in rows], schema.field("tasks").type),
+        pa.array([r.length for r in rows], pa.int64()),
+        frames_lib.frames_list(frames, episode_type.frame_type(info)),
+    ]
+    if info.video_features:
+        columns.append(videos_lib.videos_column(info, rows, video_files, inline_index=inline_index))
+    return pa.Table.from_arrays(columns, schema=schema)
+
+
+def parquet_bytes(table: pa.Table) -> bytes:
+    """Deterministic Parquet bytes: same table, same bytes."""
+    sink = io.BytesIO()
+    pq.write_table(table, sink, compression="zstd", row_group_size=EPISODES_PER_ROW_GROUP,
+                   use_compliant_nested_type=False,
+                   write_statistics=["episode_index", "length"], store_schema=True)
+    return sink.getvalue()
+
+
+def stale_outputs(out_root: str, episodes_file: str, keep: Iterable[str]) -> list[str]:
+    """Outputs an earlier run left for this episodes file that this run does not write."""
+    single = output_part_path(episodes_file, 0, 1)
+    stem = single[: -len(".parquet")]
+    candidates = storage.glob(storage.join(out_root, stem + ".part-*.parquet"))
+    if storage.exists(storage.join(out_root, single)):
+        candidates.append(storage.join(out_root, single))
+    keep_uris = {storage.join(out_root, k) for k in keep}
+    return sorted(c for c in candidates if c not in keep_uris)
+
+
+def leftover_tmps(out_root: str, episodes_file: str) -> list[str]:
+    single = output_part_path(episodes_file, 0, 1)
+    head, _, tail = single.rpartition("/")
+    stem = tail[: -len(".parquet")]
+    return storage.glob(storage.join(out_root, f"{head}/.{stem}*{storage.TMP_MARK}*"))
+
+
+def commit_episodes_file(out_root: str, dataset: str, episodes_file: str, results: Sequence[PartResult]
+                         ) -> FileOutcome:
+    """Move every part of an episodes file into place, or none; report the outcome."""
+    results = sorted(results, key=lambda r: r.part)
+    expected = results[0].num_parts if results else 0
+    episode_indices = tuple(ep for r in results for ep in r.episode_indices)
+    failures = [f for r in results for f in r.failures]
+    if not failures and [r.part for r in results] != list(range(expected)):
+        failures.append(FailureRecord(dataset=dataset, episodes_file=episodes_file, episode_index=None,
+                                      file=episodes_file, rule="accounting",
+                                      message=f"expected parts 0..{expected - 1}, got {[r.part for r in results]}"))
+    paths = [output_part_path(episodes_file, r.part, expected) for r in results]
+    if failures:
+        for r in results:
+            if r.tmp_uri:
+                storage.remove(r.tmp_uri)
+        for uri in stale_outputs(out_root, episodes_file, keep=()):
+            storage.remove(uri)
+        from transforms.import_plan import failure_rows_for_file
+        return FileOutcome(dataset=dataset, episodes_file=episodes_file, status="failed",
+                           episodes=len(episode_indices),
+                           failures=failure_rows_for_file(dataset, episodes_file, episode_indices, failures))
+    for r, path in zip(results, paths):
+        storage.commit(r.tmp_uri, storage.join(out_root, path))
+    for uri in stale_outputs(out_root, episodes_file, keep=paths) + leftover_tmps(out_root, episodes_file):
+        storage.remove(uri)
+    notes = tuple(f"part {r.part} holds one episode ({r.episode_indices[0]}) whose data files span {r.data_bytes} "
+                  "bytes, over the part limit" for r in results if r.oversized)
+    return FileOutcome(dataset=dataset, episodes_file=episodes_file, status="imported", parts=tuple(paths),
+                       episodes=len(episode_indices), episodes_written=len(episode_indices),
+                       frames=sum(r.frames for r in results), bytes=sum(r.bytes for r in results),
+                       data_bytes=sum(r.data_bytes for r in results), notes=notes)
+
+
+def errors_jsonl(failures: Iterable[FailureRecord]) -> bytes:
+    rows = sorted(failures, key=FailureRecord.sort_key)
+    return "".join(json.dumps(f.to_json_dict(), sort_keys=True) + "\n" for f in rows).encode()
+
+
+def manifest(dataset: str, info_sha256: Optional[str], outcomes: Sequence[FileOutcome], *,
+             started_at: str, finished_at: str, media_index_files: Sequence[str] = (),
+             dataset_failures: Sequence[FailureRecord] = ()) -> dict:
+    """manifest.json: what was imported, with totals that must add up (episodes read = written + failed)."""
+    files = {}
+    for o in sorted(outcomes, key=lambda o: o.episodes_file):
+        files[o.episodes_file] = {
+            "status": o.status, "parts": list(o.parts), "episodes": o.episodes,
+            "episodes_written": o.episodes_written, "frames": o.frames, "bytes": o.bytes,
+            "data_bytes": o.data_bytes, "failures": len(o.failures), "notes": list(o.notes),
+        }
+    failed_episodes = sum(len({f.episode_index for f in o.failures if f.episode_index is not None})
+                          for o in outcomes if o.status == "failed")
+    totals = {
+        "episodes_files": len(outcomes),
+        "episodes_files_imported": sum(o.status == "imported" for o in outcomes),
+        "episodes_files_failed": sum(o.status == "failed" for o in outcomes),
+        "episodes": sum(o.episodes for o in outcomes),
+        "episodes_written": sum(o.episodes_written for o in outcomes),
+        "episodes_failed": failed_episodes,
+        "frames": sum(o.frames for o in outcomes),
+        "bytes": sum(o.bytes for o in outcomes),
+        "errors": sum(len(o.failures) for o in outcomes) + len(dataset_failures),
+    }
+    return {
+        "dataset": dataset,
+        "info_json_sha256": info_sha256,
+        "status": "imported" if totals["errors"] == 0 else "failed",
+        "episodes_files": files,
+        "media_index": list(media_index_files),
+        "totals": totals,
+        "tool": {"name": TOOL_NAME, "version": TOOL_VERSION},
+        "started_at": started_at,
+        "finished_at": finished_at,
+    }
+
+
+def now_iso() -> str:
+    return datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
+
+
+def sha256_hex(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()

@@ -1,0 +1,209 @@
+"""Storage through fsspec: URIs, counted reads, atomic writes.
+
+Every read of a dataset file goes through here so the pipeline can count bytes and requests, and
+every write of an output file is atomic (temporary name, then a move), so a reader never takes a
+partial file for a finished one.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import io
+import os
+import posixpath
+import uuid
+from typing import Callable, Optional
+
+import fsspec
+from fsspec.core import url_to_fs
+
+from transforms.errors import LeRobotImportError
+
+TMP_MARK = ".tmp-"
+
+
+def filesystem(uri: str) -> tuple[fsspec.AbstractFileSystem, str]:
+    """(filesystem, path inside it) for a local path or any fsspec URL."""
+    if "://" not in uri:
+        uri = os.path.abspath(uri)
+    return url_to_fs(uri)
+
+
+def normalize_root(uri: str) -> str:
+    """A dataset/output root as a URI without trailing slash (`file:///abs/path` for local paths)."""
+    fs, path = filesystem(uri)
+    return to_uri(fs, path.rstrip("/") or "/")
+
+
+def to_uri(fs: fsspec.AbstractFileSystem, path: str) -> str:
+    protocol = fs.protocol if isinstance(fs.protocol, str) else fs.protocol[0]
+    if protocol in ("file", "local"):
+        return "file://" + path
+    return fs.unstrip_protocol(path)
+
+
+def join(root_uri: str, relative: str) -> str:
+    return root_uri.rstrip("/") + "/" + relative
+
+
+@dataclasses.dataclass
+class ReadCounter:
+    """Bytes and requests that reached storage."""
+
+    requests: int = 0
+    bytes_read: int = 0
+
+
+class CountingFile(io.RawIOBase):
+    """A read-only file that counts what is read from the underlying fsspec file."""
+
+    def __init__(self, raw, size: int, counter: ReadCounter) -> None:
+        self._raw = raw
+        self._size = size
+        self._counter = counter
+
+    def readable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return True
+
+    def seek(self, offset: int, whence: int = 0) -> int:
+        return self._raw.seek(offset, whence)
+
+    def tell(self) -> int:
+        return self._raw.tell()
+
+    def size(self) -> int:
+        return self._size
+
+    def read(self, n: int = -1) -> bytes:
+        data = self._raw.read(n)
+        self._counter.requests += 1
+        self._counter.bytes_read += len(data)
+        return data
+
+    def readinto(self, b) -> int:
+        data = self.read(len(b))
+        b[: len(data)] = data
+        return len(data)
+
+    def close(self) -> None:
+        self._raw.close()
+        super().close()
+
+
+def open_counted(uri: str, counter: ReadCounter, *, what: str, file: str) -> CountingFile:
+    """Open a dataset file for random reads; a missing file is the `file_missing` rule."""
+    fs, path = filesystem(uri)
+    try:
+        size = fs.size(path)
+        raw = fs.open(path, "rb", block_size=0) if _supports_unbuffered(fs) else fs.open(path, "rb")
+    except FileNotFoundError:
+        raise LeRobotImportError("file_missing", f"{what} {file} does not exist (expected at {uri})",
+                                 file=file) from None
+    except OSError as ex:
+        raise LeRobotImportError("io", f"cannot open {what} {file}: {ex}", file=file) from None
+    return CountingFile(raw, size, counter)
+
+
+def _supports_unbuffered(fs: fsspec.AbstractFileSystem) -> bool:
+    protocol = fs.protocol if isinstance(fs.protocol, str) else fs.protocol[0]
+    return protocol not in ("file", "local", "memory")
+
+
+def file_size(uri: str, *, what: str, file: str) -> int:
+    fs, path = filesystem(uri)
+    try:
+        return int(fs.size(path))
+    except FileNotFoundError:
+        raise LeRobotImportError("file_missing", f"{what} {file} does not exist (expected at {uri})",
+                                 file=file) from None
+    except OSError as ex:
+        raise LeRobotImportError("io", f"cannot stat {what} {file}: {ex}", file=file) from None
+
+
+def read_bytes(uri: str, *, what: str, file: str) -> bytes:
+    fs, path = filesystem(uri)
+    try:
+        return fs.cat_file(path)
+    except FileNotFoundError:
+        raise LeRobotImportError("file_missing", f"{what} {file} does not exist (expected at {uri})",
+                                 file=file) from None
+    except OSError as ex:
+        raise LeRobotImportError("io", f"cannot read {what} {file}: {ex}", file=file) from None
+
+
+def tmp_name(final_uri: str) -> str:
+    """A hidden sibling of the final file, unique per attempt."""
+    head, tail = posixpath.split(final_uri)
+    return f"{head}/.{tail}{TMP_MARK}{uuid.uuid4().hex}"
+
+
+def write_tmp(final_uri: str, write: Callable[[object], None]) -> str:
+    """Write a file under a temporary name next to `final_uri`; returns that name."""
+    tmp = tmp_name(final_uri)
+    fs, path = filesystem(tmp)
+    fs.makedirs(posixpath.dirname(path), exist_ok=True)
+    try:
+        with fs.open(path, "wb") as f:
+            write(f)
+    except BaseException:
+        remove(tmp)
+        raise
+    return tmp
+
+
+def commit(tmp_uri: str, final_uri: str) -> None:
+    """Move a finished temporary file into place (replacing an older one)."""
+    fs, tmp_path = filesystem(tmp_uri)
+    _, final_path = filesystem(final_uri)
+    if fs.exists(final_path):
+        fs.rm(final_path)
+    fs.mv(tmp_path, final_path)
+
+
+def write_atomic(final_uri: str, data: bytes) -> None:
+    commit(write_tmp(final_uri, lambda f: f.write(data)), final_uri)
+
+
+def remove(uri: str) -> None:
+    fs, path = filesystem(uri)
+    try:
+        fs.rm(path)
+    except FileNotFoundError:
+        pass
+
+
+def glob(pattern_uri: str) -> list[str]:
+    fs, pattern = filesystem(pattern_uri)
+    return sorted(to_uri(fs, p) for p in fs.glob(pattern))
+
+
+def list_files(dir_uri: str, *, suffix: str = "") -> list[str]:
+    """Every file under `dir_uri` (recursively), sorted, as URIs; empty when the folder does not exist."""
+    fs, path = filesystem(dir_uri)
+    try:
+        found = fs.find(path)
+    except FileNotFoundError:
+        return []
+    return sorted(to_uri(fs, p) for p in found if p.endswith(suffix))
+
+
+def relative_to(root_uri: str, uri: str) -> str:
+    prefix = root_uri.rstrip("/") + "/"
+    assert uri.startswith(prefix), (root_uri, uri)
+    return uri[len(prefix):]
+
+
+def exists(uri: str) -> bool:
+    fs, path = filesystem(uri)
+    return fs.exists(path)
+
+
+def optional_read(uri: str) -> Optional[bytes]:
+    fs, path = filesystem(uri)
+    try:
+        return fs.cat_file(path)
+    except FileNotFoundError:
+        return None
