@@ -163,7 +163,13 @@ def plan_parts(rows: Sequence[EpisodeRow], data_file_size: Callable[[str], int],
 
     Without `in_parts` the whole file is one part and a span over the limit is the 64 MiB error.
     The span is decided from file sizes alone, like the reference."""
-    sizes = {f: data_file_size(f) for f in dict.fromkeys(r.data_file for r in rows)}
+    sizes: dict[str, int] = {}
+    for r in rows:
+        if r.data_file not in sizes:
+            try:
+                sizes[r.data_file] = data_file_size(r.data_file)
+            except LeRobotImportError as ex:
+                raise ex.with_context(episode_index=r.episode_index, file=r.data_file)
     if not in_parts:
         span = sum(sizes.values())
         if span > limit:

@@ -33,6 +33,7 @@ RULES: dict[str, str] = {
     "mp4_track": "an MP4 has no supported H.264, H.265 or AV1 video track",
     "data_span": "an episodes file spans more than the data-file byte limit (64 MiB rule)",
     "language": "a language annotation breaks a rule of the language columns",
+    "file_failed": "the episode itself is fine, but its episodes file failed for another episode's error",
     "accounting": "episodes read do not equal episodes written plus episodes failed",
     "io": "reading or writing storage failed",
 }

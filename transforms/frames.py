@@ -71,7 +71,30 @@ def convert_frames(table: pa.Table, info: DatasetInfo, *, episode_index: int, fi
         except LeRobotImportError as ex:
             raise ex.with_context(episode_index=episode_index, file=file)
     frame_type = episode_type.frame_type(info)
-    return pa.StructArray.from_arrays(arrays, fields=list(frame_type))
+    frames = pa.StructArray.from_arrays(arrays, fields=list(frame_type))
+    if any(f.kind == "language" for f in info.frame_features):
+        _validate_language(frames, info, episode_index=episode_index, file=file)
+    return frames
+
+
+def _validate_language(frames: pa.StructArray, info: DatasetInfo, *, episode_index: int, file: str) -> None:
+    from transforms import language_columns
+    names = {f.name for f in info.frame_features}
+
+    def field(name: str):
+        return frames.field(name) if name in names else None
+
+    n = len(frames)
+    frame_index = field("frame_index")
+    timestamps = field("timestamp")
+    try:
+        language_columns.validate_language(
+            field("language_persistent"), field("language_events"), episode_index=episode_index,
+            frame_index=frame_index if frame_index is not None else np.arange(n),
+            timestamps=timestamps if timestamps is not None else np.zeros(n),
+            camera_keys=info.camera_keys)
+    except LeRobotImportError as ex:
+        raise ex.with_context(episode_index=episode_index, file=file)
 
 
 def convert_column(column: pa.Array, feature: Feature) -> pa.Array:
@@ -85,11 +108,7 @@ def convert_column(column: pa.Array, feature: Feature) -> pa.Array:
     if kind == "bool":
         return _safe_cast(_unwrap_scalar_list(column, feature), pa.bool_(), feature)
     if kind == "string":
-        column = _unwrap_scalar_list(column, feature)
-        if not (pa.types.is_string(column.type) or pa.types.is_large_string(column.type)
-                or pa.types.is_string_view(column.type) or pa.types.is_null(column.type)):
-            _fail_cast(feature, column.type, pa.utf8(), "it is not a string column")
-        return _safe_cast(column, pa.utf8(), feature)
+        return _safe_cast(_unwrap_scalar_list(column, feature), pa.utf8(), feature)
     if kind == "image":
         return _image(column, feature)
     if kind == "language":
@@ -105,25 +124,33 @@ def _fail_cast(feature: Feature, have: pa.DataType, want: pa.DataType, why: str)
 
 
 def _safe_cast(column: pa.Array, target: pa.DataType, feature: Feature) -> pa.Array:
-    if column.type == target:
+    """Cast as the reference does (arrow-rs `cast` with safe=false): a value that does not fit the target
+    is an error (integer overflow, NaN or out-of-range float to integer, invalid UTF-8), while float to
+    integer truncates the fraction and integer/float to a narrower float rounds."""
+    src = column.type
+    if src == target:
         return column
-    if pa.types.is_floating(column.type) and pa.types.is_floating(target) and target.bit_width < column.type.bit_width:
-        return _narrow_float(column, target, feature)
     try:
+        if pa.types.is_floating(src) and pa.types.is_integer(target):
+            _check_float_to_int_range(column, target, feature)
+            return pc.cast(column, options=pc.CastOptions(target, allow_float_truncate=True))
+        if pa.types.is_floating(target) and (pa.types.is_integer(src) or pa.types.is_floating(src)):
+            return pc.cast(column, options=pc.CastOptions(target, allow_float_truncate=True))
         return pc.cast(column, target, safe=True)
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError) as ex:
         _fail_cast(feature, column.type, target, str(ex).split("\n")[0])
 
 
-def _narrow_float(column: pa.Array, target: pa.DataType, feature: Feature) -> pa.Array:
-    """A float narrowing is safe only when every finite value survives the round trip."""
-    narrow = pc.cast(column, target, safe=False)
-    back = pc.cast(narrow, column.type)
-    lost = pc.and_(pc.is_finite(column), pc.not_equal(back, column))
-    if pc.any(lost).as_py():
-        i = pc.index(lost, True).as_py()
-        _fail_cast(feature, column.type, target, f"value {column[i].as_py()!r} at row {i} would lose precision")
-    return narrow
+def _check_float_to_int_range(column: pa.Array, target: pa.DataType, feature: Feature) -> None:
+    values = column.to_numpy(zero_copy_only=False).astype(np.float64)
+    valid = column.is_valid().to_numpy(zero_copy_only=False)
+    info = np.iinfo(np.dtype(str(target)))
+    with np.errstate(invalid="ignore"):
+        whole = np.trunc(values)
+        bad = valid & (~np.isfinite(values) | (whole >= float(info.max) + 1) | (whole < float(info.min)))
+    if bad.any():
+        i = int(np.flatnonzero(bad)[0])
+        _fail_cast(feature, column.type, target, f"value {values[i]!r} at row {i} does not fit {target}")
 
 
 def _unwrap_scalar_list(column: pa.Array, feature: Feature) -> pa.Array:
@@ -163,6 +190,9 @@ def _tensor(column: pa.Array, feature: Feature) -> pa.Array:
         if values.null_count:
             _fail_cast(feature, column.type, target.storage_type, f"a null inside a frame's nested lists "
                        f"(level {depth + 1})")
+        if depth == 0 and len(feature.shape) > 1 and not pa.types.is_nested(t.value_type):
+            _fail_cast(feature, column.type, target.storage_type, f"a flat list cannot hold a multi-dimensional "
+                       f"tensor of shape {list(feature.shape)}: it needs one list level per dimension")
         if pa.types.is_fixed_size_list(t):
             if t.list_size != dim:
                 _fail_cast(feature, column.type, target.storage_type, f"lists at level {depth + 1} hold {t.list_size} "
@@ -178,6 +208,8 @@ def _tensor(column: pa.Array, feature: Feature) -> pa.Array:
     if pa.types.is_nested(values.type):
         _fail_cast(feature, column.type, target.storage_type, f"more list levels than the {len(feature.shape)} "
                    "dimensions of the declared shape")
+    if values.null_count:
+        _fail_cast(feature, column.type, target.storage_type, "a frame's tensor holds a null value")
     values = _safe_cast(values, value_type, feature)
     storage = pa.FixedSizeListArray.from_arrays(values, type=target.storage_type)
     if mask is not None:

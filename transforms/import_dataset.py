@@ -125,7 +125,7 @@ class ReadFrames(beam.DoFn):
 
 def _video_refs(work: EpisodeWork) -> Iterator:
     for video, codec in zip(work.row.videos, work.video_codecs):
-        yield (work.part_key[0], video.file), (work.part_key, codec)
+        yield (work.part_key[0], video.file), (work.part_key, codec, work.row.episode_index)
 
 
 class ReadVideoFiles(beam.DoFn):
@@ -139,14 +139,18 @@ class ReadVideoFiles(beam.DoFn):
     def process(self, element: tuple[tuple[str, str], Iterable[tuple]]) -> Iterator:
         (root, rel), uses = element
         uses = list(uses)
-        part_keys = sorted({k for k, _ in uses})
-        build_index = any(codec in INDEXED_CODECS for _, codec in uses)
+        first_episode = {}
+        for key, _, episode in uses:
+            first_episode[key] = min(episode, first_episode.get(key, episode))
+        part_keys = sorted(first_episode)
+        build_index = any(codec in INDEXED_CODECS for _, codec, _ in uses)
         try:
             facts = media_files.read_video_file(storage.join(root, rel), rel, build_index=build_index)
         except LeRobotImportError as ex:
             _counter("errors").inc()
             for key in part_keys:
-                yield key, ("failure", error_record(ex, dataset=root, episodes_file=key[1]))
+                failure = LeRobotImportError(ex.rule, ex.message, file=ex.file, episode_index=first_episode[key])
+                yield key, ("failure", error_record(failure, dataset=root, episodes_file=key[1]))
             return
         _counter("mp4_files").inc()
         _counter("mp4_bytes_read").inc(facts.bytes_read)
@@ -213,7 +217,8 @@ class CommitEpisodesFile(beam.DoFn):
         (root, rel), results = element
         outcome = sink.commit_episodes_file(self._config.output_of(root), root, rel, list(results))
         if outcome.status == "failed":
-            _LOG.warning("episodes file %s of %s failed: %s", rel, root, outcome.failures[0].message)
+            primary = [f for f in outcome.failures if f.rule != "file_failed"] or list(outcome.failures)
+            _LOG.warning("episodes file %s of %s failed: %s", rel, root, primary[0].message)
         else:
             _LOG.info("episodes file %s of %s imported: %d episodes, %d frames, %d parts", rel, root,
                       outcome.episodes, outcome.frames, len(outcome.parts))

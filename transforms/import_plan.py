@@ -127,7 +127,8 @@ def failure_rows_for_file(dataset: str, episodes_file: str, episode_indices: tup
         for ep in episode_indices:
             if ep not in named:
                 rec = FailureRecord(dataset=dataset, episodes_file=episodes_file, episode_index=ep, file=first.file,
-                                    rule=first.rule, message=f"not imported: its episodes file failed: {first.message}")
+                                    rule="file_failed",
+                                    message=f"not imported because its episodes file failed: {first.message}")
                 out[rec.sort_key()] = rec
     return tuple(out[k] for k in sorted(out))
 

@@ -45,7 +45,11 @@ def read_video_file(uri: str, relative: str, *, build_index: bool) -> VideoFacts
     try:
         result = media_index.read_media_index(fs, path, uri=uri)
     except LeRobotImportError as ex:
-        raise ex.with_context(file=relative)
+        if ex.rule == "file_missing":
+            raise LeRobotImportError("file_missing", f"video file {relative} does not exist (expected at {uri})",
+                                     file=relative) from None
+        ex.file = relative  # name the file as the dataset does; the message keeps the URI
+        raise
     except FileNotFoundError:
         raise LeRobotImportError("file_missing", f"video file {relative} does not exist (expected at {uri})",
                                  file=relative) from None

@@ -1,0 +1,35 @@
+"""lerobot-beam-import: an Apache Beam pipeline that imports LeRobot v3 datasets as typed episodes.
+
+This file is also what Dataflow workers install (--setup_file ./setup.py).
+"""
+
+from setuptools import find_packages, setup
+
+setup(
+    name="lerobot-beam-import",
+    version="0.1.0",
+    description="Import LeRobot v3 datasets as typed, queryable episodes with Apache Beam",
+    long_description=open("README.md", encoding="utf-8").read(),
+    long_description_content_type="text/markdown",
+    python_requires=">=3.10",
+    packages=find_packages(include=["pipelines", "pipelines.*", "transforms", "transforms.*"]),
+    install_requires=[
+        "apache-beam[gcp]>=2.76,<2.78",
+        # Inside apache-beam 2.76/2.77's own bounds.
+        "pyarrow>=14.0.1,<26",
+        "numpy>=1.22,<2.5",
+        "fsspec>=2024.2",
+        "gcsfs>=2024.2",
+        "pyyaml>=6",
+    ],
+    extras_require={
+        "video": ["av>=14"],
+        "test": [
+            "pytest>=8",
+            "hypothesis>=6",
+            "av>=14",
+            "spiral-sdk==0.16.56",
+        ],
+    },
+    entry_points={"console_scripts": ["lerobot-import=pipelines.import_lerobot:main"]},
+)
