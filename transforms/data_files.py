@@ -22,6 +22,9 @@ from transforms.episodes_metadata import EpisodeRow
 from transforms.errors import LeRobotImportError
 
 K = TypeVar("K")
+#: Row groups read (and converted) together: at most this many uncompressed bytes, so a worker's
+#: memory is bounded by this batch or the largest episode, not by the data file.
+BATCH_BYTES = 64 * 1024 * 1024
 FramesOrError = Union[pa.StructArray, LeRobotImportError]
 
 
@@ -38,13 +41,12 @@ class _RowGroups:
 
 
 def read_data_file(uri: str, relative: str, info: DatasetInfo, episodes: Sequence[tuple[K, EpisodeRow]],
-                   counter: storage.ReadCounter) -> Iterator[tuple[K, EpisodeRow, FramesOrError]]:
-    """Yield every episode's frames (or the error that stops it), reading the file once."""
+                   counter: storage.ReadCounter) -> Iterator[list[tuple[K, EpisodeRow, FramesOrError]]]:
+    """Yield, batch by batch, every episode's frames (or the error that stops it), reading the file once."""
     try:
         source = storage.open_counted(uri, counter, what="data file", file=relative)
     except LeRobotImportError as ex:
-        for key, row in episodes:
-            yield key, row, ex
+        yield [(key, row, ex) for key, row in episodes]
         return
     try:
         yield from _read(source, relative, info, episodes)
@@ -53,7 +55,7 @@ def read_data_file(uri: str, relative: str, info: DatasetInfo, episodes: Sequenc
 
 
 def _read(source, relative: str, info: DatasetInfo, episodes: Sequence[tuple[K, EpisodeRow]]
-          ) -> Iterator[tuple[K, EpisodeRow, FramesOrError]]:
+          ) -> Iterator[list[tuple[K, EpisodeRow, FramesOrError]]]:
     try:
         pf = pq.ParquetFile(source)
         names = set(pf.schema_arrow.names)
@@ -68,32 +70,95 @@ def _read(source, relative: str, info: DatasetInfo, episodes: Sequence[tuple[K, 
         groups = _RowGroups(np.concatenate([[0], np.cumsum([md.row_group(i).num_rows
                                                             for i in range(md.num_row_groups)])]).astype(np.int64))
     except LeRobotImportError as ex:
-        for key, row in episodes:
-            yield key, row, ex.with_context(episode_index=row.episode_index)
+        yield [(key, row, LeRobotImportError(ex.rule, ex.message, file=ex.file, episode_index=row.episode_index))
+               for key, row in episodes]
         return
     except (pa.ArrowException, OSError, ValueError) as ex:
-        err = LeRobotImportError("data_file", f"the data file is not readable Parquet: {ex}", file=relative)
-        for key, row in episodes:
-            yield key, row, err
+        yield [(key, row, LeRobotImportError("data_file", f"the data file is not readable Parquet: {ex}",
+                                             file=relative, episode_index=row.episode_index))
+               for key, row in episodes]
         return
 
     columns = [f.name for f in info.frame_features]
-    cached: tuple[int, int, pa.Table] | None = None
+    planned = []
     for key, row in sorted(episodes, key=lambda kr: kr[1].from_index):
         try:
             first, end = layout.rows_of(row.from_index, row.to_index, episode_index=row.episode_index, file=relative)
-            if end == first:
-                table = pa.table({c: pa.array([], pf.schema_arrow.field(c).type) for c in columns})
+        except LeRobotImportError as ex:
+            yield [(key, row, ex)]
+            continue
+        planned.append((key, row, first, end))
+    for batch in _batches(planned, groups, md):
+        yield list(_read_batch(pf, relative, info, columns, groups, batch))
+
+
+def _batches(planned: list, groups: _RowGroups, md) -> Iterator[list]:
+    """Consecutive episodes whose row groups hold at most BATCH_BYTES (uncompressed) together."""
+    batch, g_lo, g_hi, size = [], None, None, 0
+    sizes = [md.row_group(i).total_byte_size for i in range(md.num_row_groups)]
+    for item in planned:
+        _, _, first, end = item
+        g0, g1 = groups.covering(first, end) if end > first else (None, None)
+        if batch and g0 is not None and g_hi is not None:
+            new_hi = max(g_hi, g1)
+            grown = size + sum(sizes[max(g_hi, g0):new_hi])
+            if grown > BATCH_BYTES:
+                yield batch
+                batch, g_lo, g_hi, size = [], None, None, 0
+        batch.append(item)
+        if g0 is not None:
+            if g_lo is None:
+                g_lo, g_hi, size = g0, g1, sum(sizes[g0:g1])
             else:
-                g0, g1 = groups.covering(first, end)
-                if cached is None or not (cached[0] <= g0 and g1 <= cached[1]):
-                    try:
-                        cached = (g0, g1, pf.read_row_groups(list(range(g0, g1)), columns=columns))
-                    except (pa.ArrowException, OSError, ValueError) as ex:
-                        raise LeRobotImportError("data_file", f"reading row groups {g0}..{g1 - 1} of the data file "
-                                                 f"failed: {ex}", file=relative) from None
-                base = int(groups.starts[cached[0]])
-                table = cached[2].slice(first - base, end - first)
-            yield key, row, frames_lib.convert_frames(table, info, episode_index=row.episode_index, file=relative)
+                size += sum(sizes[max(g_hi, g0):max(g_hi, g1)])
+                g_hi = max(g_hi, g1)
+    if batch:
+        yield batch
+
+
+def _read_batch(pf, relative: str, info: DatasetInfo, columns: list[str], groups: _RowGroups, batch: list
+                ) -> Iterator[tuple]:
+    """Read the row groups of a batch once, convert its row span once, and slice it per episode.
+
+    A conversion error in the span is pinned to its episode by converting episode by episode."""
+    spans = [(first, end) for _, _, first, end in batch if end > first]
+    if not spans:
+        empty = pa.table({c: pa.array([], pf.schema_arrow.field(c).type) for c in columns})
+        for key, row, _, _ in batch:
+            yield key, row, _convert(empty, info, row, relative)
+        return
+    lo, hi = min(f for f, _ in spans), max(e for _, e in spans)
+    g0, _ = groups.covering(lo, lo + 1)
+    _, g1 = groups.covering(hi - 1, hi)
+    try:
+        table = pf.read_row_groups(list(range(g0, g1)), columns=columns)
+    except (pa.ArrowException, OSError, ValueError) as ex:
+        err = LeRobotImportError("data_file", f"reading row groups {g0}..{g1 - 1} of the data file failed: {ex}",
+                                 file=relative)
+        for key, row, _, _ in batch:
+            yield key, row, LeRobotImportError(err.rule, err.message, file=relative, episode_index=row.episode_index)
+        return
+    base = int(groups.starts[g0])
+    span = table.slice(lo - base, hi - lo)
+    try:
+        converted = frames_lib.convert_frames(span, info, episode_index=None, file=relative, validate=False)
+    except LeRobotImportError:
+        converted = None  # find which episode breaks the rule
+    for key, row, first, end in batch:
+        if converted is None:
+            yield key, row, _convert(span.slice(first - lo, end - first), info, row, relative)
+            continue
+        frames = converted.slice(first - lo, end - first)
+        try:
+            frames_lib.validate_frames(frames, info, episode_index=row.episode_index, file=relative)
         except LeRobotImportError as ex:
             yield key, row, ex.with_context(episode_index=row.episode_index, file=relative)
+            continue
+        yield key, row, frames
+
+
+def _convert(table: pa.Table, info: DatasetInfo, row: EpisodeRow, relative: str) -> FramesOrError:
+    try:
+        return frames_lib.convert_frames(table, info, episode_index=row.episode_index, file=relative)
+    except LeRobotImportError as ex:
+        return ex.with_context(episode_index=row.episode_index, file=relative)

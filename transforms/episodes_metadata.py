@@ -52,10 +52,12 @@ class PartPlan:
     positions: tuple[int, ...]
     data_files: tuple[str, ...]
     data_bytes: int
+    limit: int = DATA_SPAN_LIMIT
 
     @property
     def oversized(self) -> bool:
-        return self.data_bytes > DATA_SPAN_LIMIT and len(self.positions) == 1
+        """One episode whose data files alone pass the limit: a part of its own, reported."""
+        return self.data_bytes > self.limit and len(self.positions) == 1
 
 
 def _required_columns(info: DatasetInfo) -> list[str]:
@@ -177,7 +179,7 @@ def plan_parts(rows: Sequence[EpisodeRow], data_file_size: Callable[[str], int],
                 "data_span", f"these episodes' frames span {span} bytes of data files ({len(sizes)} files), above "
                 f"the {limit} bytes one part may read; rerun with --read-in-parts to import this episodes file in "
                 "several parts", file=file)
-        return [PartPlan(0, tuple(r.position for r in rows), tuple(sizes), span)]
+        return [PartPlan(0, tuple(r.position for r in rows), tuple(sizes), span, limit)]
     parts: list[PartPlan] = []
     positions: list[int] = []
     files: dict[str, None] = {}
@@ -185,13 +187,13 @@ def plan_parts(rows: Sequence[EpisodeRow], data_file_size: Callable[[str], int],
     for r in rows:
         extra = 0 if r.data_file in files else sizes[r.data_file]
         if positions and span + extra > limit:
-            parts.append(PartPlan(len(parts), tuple(positions), tuple(files), span))
+            parts.append(PartPlan(len(parts), tuple(positions), tuple(files), span, limit))
             positions, files, span, extra = [], {}, 0, sizes[r.data_file]
         positions.append(r.position)
         files[r.data_file] = None
         span += extra
     if positions or not parts:
-        parts.append(PartPlan(len(parts), tuple(positions), tuple(files), span))
+        parts.append(PartPlan(len(parts), tuple(positions), tuple(files), span, limit))
     return parts
 
 

@@ -58,8 +58,9 @@ def index_layout(index: pa.Array | pa.ChunkedArray, *, file: str) -> IndexLayout
     return IndexLayout(int(values[0]), len(values))
 
 
-def convert_frames(table: pa.Table, info: DatasetInfo, *, episode_index: int, file: str) -> pa.StructArray:
-    """The frames of one episode from its rows of the data file."""
+def convert_frames(table: pa.Table, info: DatasetInfo, *, episode_index: Optional[int], file: str,
+                   validate: bool = True) -> pa.StructArray:
+    """The frames of one episode (or a span of several, with validate=False) from data-file rows."""
     arrays = []
     for feature in info.frame_features:
         if feature.name not in table.column_names:
@@ -72,9 +73,15 @@ def convert_frames(table: pa.Table, info: DatasetInfo, *, episode_index: int, fi
             raise ex.with_context(episode_index=episode_index, file=file)
     frame_type = episode_type.frame_type(info)
     frames = pa.StructArray.from_arrays(arrays, fields=list(frame_type))
+    if validate:
+        validate_frames(frames, info, episode_index=episode_index, file=file)
+    return frames
+
+
+def validate_frames(frames: pa.StructArray, info: DatasetInfo, *, episode_index: int, file: str) -> None:
+    """Rules that need one whole episode's frames (the language columns)."""
     if any(f.kind == "language" for f in info.frame_features):
         _validate_language(frames, info, episode_index=episode_index, file=file)
-    return frames
 
 
 def _validate_language(frames: pa.StructArray, info: DatasetInfo, *, episode_index: int, file: str) -> None:
@@ -256,3 +263,26 @@ def frames_list(frames: Sequence[pa.StructArray], frame_type: pa.StructType) -> 
     return pa.ListArray.from_arrays(pa.array(offsets), values, type=list_type)
 
 
+
+
+def to_ipc(frames: pa.StructArray) -> bytes:
+    """Frames as Arrow IPC bytes: only the array's own range is written, whatever it was sliced from."""
+    batch = pa.RecordBatch.from_struct_array(frames)
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_stream(sink, batch.schema) as writer:
+        writer.write_batch(batch)
+    return sink.getvalue().to_pybytes()
+
+
+def from_ipc(data: bytes, frame_type: pa.StructType) -> pa.StructArray:
+    """Frames back from `to_ipc`, typed exactly as `frame_type` (our extension classes)."""
+    return spql_types.conform(_read_ipc(data), frame_type)
+
+
+def _read_ipc(data: bytes) -> pa.StructArray:
+    table = pa.ipc.open_stream(pa.py_buffer(data)).read_all()
+    batch = table.combine_chunks().to_batches()
+    if not batch:
+        return pa.StructArray.from_arrays([pa.array([], f.type) for f in table.schema],
+                                          fields=list(table.schema))
+    return batch[0].to_struct_array()

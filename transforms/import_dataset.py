@@ -17,9 +17,12 @@ import logging
 from typing import Iterable, Iterator
 
 import apache_beam as beam
+import numpy as np
+import pyarrow as pa
 from apache_beam.metrics import Metrics
 
-from transforms import data_files, episodes_metadata, sink, storage
+from transforms import data_files, episode_type, episodes_metadata, sink, storage
+from transforms import frames as frames_lib
 from transforms import media_files
 from transforms.dataset_info import INDEXED_CODECS
 from transforms.errors import FailureRecord, LeRobotImportError
@@ -101,7 +104,10 @@ def _episode_indices_if_readable(root: str, rel: str) -> tuple[int, ...]:
 
 
 class ReadFrames(beam.DoFn):
-    """(data file, its episodes) -> (part key, ("frames", position, frames)) or a failure, reading the file once."""
+    """(data file, its episodes) -> (part key, ("frames", positions, lengths, Arrow IPC)) or failures.
+
+    The file is read once, batch by batch; each batch's frames go out as one message per part,
+    serialized as Arrow IPC (which, unlike pickle, carries only the slice's bytes)."""
 
     def __init__(self, config: ImportConfig) -> None:
         self._config = config
@@ -111,14 +117,20 @@ class ReadFrames(beam.DoFn):
         info = load_info(root, skip_videos=self._config.skip_videos)
         counter = storage.ReadCounter()
         episodes = [(w.part_key, w.row) for w in works]
-        for key, row, result in data_files.read_data_file(storage.join(root, rel), rel, info, episodes, counter):
-            if isinstance(result, LeRobotImportError):
-                _counter("errors").inc()
-                yield key, ("failure", error_record(result, dataset=root, episodes_file=key[1]))
-            else:
-                _counter("episodes").inc()
-                _counter("frames").inc(len(result))
-                yield key, ("frames", row.position, result)
+        for batch in data_files.read_data_file(storage.join(root, rel), rel, info, episodes, counter):
+            by_part: dict[tuple, list] = {}
+            for key, row, result in batch:
+                if isinstance(result, LeRobotImportError):
+                    _counter("errors").inc()
+                    yield key, ("failure", error_record(result, dataset=root, episodes_file=key[1]))
+                else:
+                    by_part.setdefault(key, []).append((row.position, result))
+            for key, items in by_part.items():
+                frames = [f for _, f in items]
+                _counter("episodes").inc(len(items))
+                _counter("frames").inc(sum(len(f) for f in frames))
+                yield key, ("frames", tuple(p for p, _ in items), tuple(len(f) for f in frames),
+                            frames_lib.to_ipc(pa.concat_arrays(frames)))
         _counter("data_bytes_read").inc(counter.bytes_read)
         _counter("data_read_requests").inc(counter.requests)
 
@@ -171,12 +183,18 @@ class WritePart(beam.DoFn):
     def process(self, element: tuple[tuple, Iterable[tuple]]) -> Iterator:
         (root, rel, part), messages = element
         header, frames, videos, failures = None, {}, {}, []
+        info = load_info(root, skip_videos=self._config.skip_videos)
+        frame_type = episode_type.frame_type(info)
         for message in messages:
             tag = message[0]
             if tag == "plan":
                 header = message[1]
             elif tag == "frames":
-                frames[message[1]] = message[2]
+                _, positions, lengths, ipc = message
+                batch = frames_lib.from_ipc(ipc, frame_type)
+                starts = np.concatenate([[0], np.cumsum(lengths)])
+                for position, start, length in zip(positions, starts, lengths):
+                    frames[position] = batch.slice(int(start), int(length))
             elif tag == "video":
                 videos[message[1]] = message[2]
             else:
@@ -194,7 +212,6 @@ class WritePart(beam.DoFn):
         if failures:
             yield (root, rel), PartResult(**base, failures=tuple(sorted(failures, key=FailureRecord.sort_key)))
             return
-        info = load_info(root, skip_videos=self._config.skip_videos)
         table = sink.part_table(info, rows, [frames[r.position] for r in rows], videos,
                                 inline_index=self._config.inline_index)
         data = sink.parquet_bytes(table)

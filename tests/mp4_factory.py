@@ -1,0 +1,411 @@
+"""Make MP4s and tiny LeRobot v3 datasets for tests: encode with PyAV, edit boxes, run the oracle.
+
+* `encode(...)`: a short clip (H.264/HEVC/AV1, optional second video stream or an AAC track,
+  optional faststart) with PyAV.
+* `Box`, `parse_file`, `serialize_file`, `edit_moov`: a small box rewriter. Editing keeps every chunk
+  offset pointing at the same sample bytes (offsets are shifted by how much the box holding them moved),
+  so faststart files can be edited too.
+* `make_dataset(root, {key: (mp4, codec)}, ...)`: a one-episode LeRobot v3 dataset around MP4s.
+* `run_oracle(root)` / `oracle_indexes(root)`: run `spql_oracle.py` and return its MediaIndex values.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import shutil
+import struct
+import subprocess
+import sys
+import tempfile
+from fractions import Fraction
+from pathlib import Path
+from typing import Callable, Iterable, Optional
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+ORACLE = "/work/shared/tools/spql_oracle.py"
+CORPUS = Path("/work/shared/corpus/lerobot")
+
+#: Boxes whose payload is a list of boxes (the rewriter descends into them).
+CONTAINERS = {b"moov", b"trak", b"mdia", b"minf", b"stbl", b"edts", b"dinf", b"mvex", b"udta", b"moof", b"traf"}
+
+
+# ------------------------------------------------------------------------------------------------
+# Encoding
+# ------------------------------------------------------------------------------------------------
+
+def encode(path: str | os.PathLike, *, codec: str = "libx264", frames: int = 30, width: int = 64, height: int = 48,
+           fps: int = 30, options: Optional[dict] = None, faststart: bool = False, audio: bool = False,
+           second_video: Optional[str] = None, second_size: tuple[int, int] = (32, 32),
+           noise: bool = False) -> Path:
+    """Encode a short synthetic clip (random noise with `noise`, for a large mdat); returns `path`."""
+    import av
+
+    container_options = {"movflags": "faststart"} if faststart else {}
+    with av.open(str(path), "w", format="mp4", options=container_options) as out:
+        streams = []
+        for c, (w, h) in [(codec, (width, height))] + ([(second_video, second_size)] if second_video else []):
+            opts = dict(options or {})
+            if c == "libx265":
+                opts.setdefault("x265-params", "log-level=none")
+            s = out.add_stream(c, rate=fps, options=opts)
+            s.width, s.height, s.pix_fmt = w, h, "yuv420p"
+            streams.append(s)
+        astream = out.add_stream("aac", rate=48000) if audio else None
+        rng = np.random.default_rng(0)
+        apts = 0
+        for i in range(frames):
+            for s in streams:
+                img = np.zeros((s.height, s.width, 3), dtype=np.uint8)
+                img[:, :, 0] = (i * 8) % 256
+                img[(i * 3) % s.height:, :, 1] = 200
+                img[:, : (i * 5) % s.width, 2] = rng.integers(0, 255)
+                if noise:
+                    img = rng.integers(0, 256, img.shape, dtype=np.uint8)
+                frame = av.VideoFrame.from_ndarray(img, format="rgb24")
+                for p in s.encode(frame):
+                    out.mux(p)
+            if astream is not None:
+                while apts < (i + 1) * 48000 // fps:
+                    samples = np.sin(np.arange(1024) / 10.0).astype(np.float32)[None, :] * 0.1
+                    af = av.AudioFrame.from_ndarray(samples, format="fltp", layout="mono")
+                    af.sample_rate, af.pts, af.time_base = 48000, apts, Fraction(1, 48000)
+                    for p in astream.encode(af):
+                        out.mux(p)
+                    apts += 1024
+        for s in streams + ([astream] if astream is not None else []):
+            for p in s.encode(None):
+                out.mux(p)
+    return Path(path)
+
+
+# ------------------------------------------------------------------------------------------------
+# The box rewriter
+# ------------------------------------------------------------------------------------------------
+
+@dataclasses.dataclass
+class Box:
+    """A box: a container (children) or a leaf (payload). `large` writes a 64-bit size header."""
+
+    type: bytes
+    payload: bytes = b""
+    children: Optional[list["Box"]] = None
+    large: bool = False
+    #: Where the box started in the file it was parsed from (top-level boxes; used to move offsets).
+    src_offset: Optional[int] = None
+
+    def find(self, path: str) -> Optional["Box"]:
+        """The first descendant at a '/'-separated path of types, e.g. 'trak/mdia/minf/stbl/stsz'."""
+        node: Optional[Box] = self
+        for part in path.split("/"):
+            node = next((c for c in (node.children or []) if c.type == part.encode()), None) if node else None
+        return node
+
+    def find_all(self, type_: str) -> list["Box"]:
+        out = []
+        for c in self.children or []:
+            if c.type == type_.encode():
+                out.append(c)
+            out.extend(c.find_all(type_))
+        return out
+
+    def body(self) -> bytes:
+        return b"".join(c.serialize() for c in self.children) if self.children is not None else self.payload
+
+    def serialize(self) -> bytes:
+        body = self.body()
+        if self.large or len(body) + 8 > 0xFFFFFFFF:
+            return struct.pack(">I4sQ", 1, self.type, len(body) + 16) + body
+        return struct.pack(">I4s", len(body) + 8, self.type) + body
+
+
+def parse_boxes(data: bytes, start: int = 0, end: Optional[int] = None, *, top: bool = False) -> list[Box]:
+    end = len(data) if end is None else end
+    out, pos = [], start
+    while pos + 8 <= end:
+        size, type_ = struct.unpack_from(">I4s", data, pos)
+        header = 8
+        if size == 1:
+            size = struct.unpack_from(">Q", data, pos + 8)[0]
+            header = 16
+        elif size == 0:
+            size = end - pos
+        body = data[pos + header:pos + size]
+        if type_ in CONTAINERS:
+            box = Box(type_, children=parse_boxes(data, pos + header, pos + size), large=header == 16)
+        else:
+            box = Box(type_, payload=body, large=header == 16)
+        if top:
+            box.src_offset = pos
+        out.append(box)
+        pos += size
+    return out
+
+
+def parse_file(data: bytes) -> list[Box]:
+    return parse_boxes(data, top=True)
+
+
+def _chunk_offset_boxes(moov: Box) -> list[Box]:
+    return moov.find_all("stco") + moov.find_all("co64")
+
+
+def read_chunk_offsets(box: Box) -> list[int]:
+    n = struct.unpack_from(">I", box.payload, 4)[0]
+    fmt = ">%dQ" % n if box.type == b"co64" else ">%dI" % n
+    return list(struct.unpack_from(fmt, box.payload, 8))
+
+
+def write_chunk_offsets(box: Box, offsets: list[int], *, as_co64: Optional[bool] = None) -> None:
+    if as_co64 is not None:
+        box.type = b"co64" if as_co64 else b"stco"
+    fmt = ">%dQ" % len(offsets) if box.type == b"co64" else ">%dI" % len(offsets)
+    box.payload = box.payload[:4] + struct.pack(">I", len(offsets)) + struct.pack(fmt, *offsets)
+
+
+def serialize_file(boxes: list[Box], *, fix_offsets: bool = True) -> bytes:
+    """Write top-level boxes, moving every chunk offset by as much as the box holding it moved
+    (unless `fix_offsets` is False: then broken tables can be written as they are)."""
+    new_starts = np.concatenate(([0], np.cumsum([len(b.serialize()) for b in boxes])[:-1])).tolist()
+    moved = sorted((b.src_offset, ns) for b, ns in zip(boxes, new_starts) if b.src_offset is not None)
+
+    def move(offset: int) -> int:
+        before = [(orig, ns) for orig, ns in moved if orig <= offset]
+        return offset if not before else offset - before[-1][0] + before[-1][1]
+
+    for b in boxes if fix_offsets else []:
+        if b.type == b"moov":
+            for box in _chunk_offset_boxes(b):
+                write_chunk_offsets(box, [move(o) for o in read_chunk_offsets(box)])
+    return b"".join(b.serialize() for b in boxes)
+
+
+def edit_moov(data: bytes, fn: Callable[[Box], None], *, fix_offsets: bool = True) -> bytes:
+    """Apply `fn` to the parsed moov and write the file back with consistent chunk offsets.
+
+    The layout is computed after `fn`; rewriting offsets keeps their width, so sizes do not change again."""
+    boxes = parse_file(data)
+    moov = next(b for b in boxes if b.type == b"moov")
+    fn(moov)
+    return serialize_file(boxes, fix_offsets=fix_offsets)
+
+
+def full(version: int, flags: int = 0) -> bytes:
+    return struct.pack(">I", (version << 24) | flags)
+
+
+def stbl_of(moov: Box, track: int = 0) -> Box:
+    return [t for t in moov.children if t.type == b"trak"][track].find("mdia/minf/stbl")
+
+
+def video_traks(moov: Box) -> list[Box]:
+    return [t for t in moov.children if t.type == b"trak" and t.find("mdia/hdlr").payload[8:12] == b"vide"]
+
+
+def set_stss(stbl: Box, numbers: Iterable[int]) -> None:
+    numbers = list(numbers)
+    payload = full(0) + struct.pack(">I", len(numbers)) + struct.pack(">%dI" % len(numbers), *numbers)
+    box = stbl.find("stss")
+    if box is None:
+        stbl.children.append(Box(b"stss", payload))
+    else:
+        box.payload = payload
+
+
+def set_elst(trak: Box, entries: list[tuple[int, int, int]], version: int = 0) -> None:
+    """entries: (duration, media_time, rate as raw 16.16)."""
+    fmt = ">QqI" if version == 1 else ">IiI"
+    body = full(version) + struct.pack(">I", len(entries)) + b"".join(struct.pack(fmt, d, m, r & 0xFFFFFFFF)
+                                                                       for d, m, r in entries)
+    edts = trak.find("edts")
+    if edts is None:
+        trak.children.insert(1, Box(b"edts", children=[Box(b"elst", body)]))
+    else:
+        edts.children = [Box(b"elst", body)]
+
+
+def set_constant_stsz(stbl: Box, size: int) -> None:
+    stsz = stbl.find("stsz")
+    count = struct.unpack_from(">I", stsz.payload, 8)[0]
+    stsz.payload = full(0) + struct.pack(">II", size, count)
+
+
+def stsz_to_stz2(stbl: Box, field_size: int) -> None:
+    stsz = stbl.find("stsz")
+    count = struct.unpack_from(">I", stsz.payload, 8)[0]
+    sizes = np.frombuffer(stsz.payload, ">u4", count, 12).astype(np.int64)
+    if field_size == 16:
+        packed = sizes.astype(">u2").tobytes()
+    elif field_size == 8:
+        packed = (sizes & 0xFF).astype("u1").tobytes()
+    else:
+        nib = list(sizes & 15) + ([0] if count % 2 else [])
+        packed = bytes((nib[i] << 4) | nib[i + 1] for i in range(0, len(nib), 2))
+    stsz.type = b"stz2"
+    stsz.payload = full(0) + bytes([0, 0, 0, field_size]) + struct.pack(">I", count) + packed
+
+
+def to_co64_and_large(moov: Box) -> None:
+    """Every chunk-offset table becomes co64 and every box inside moov gets a 64-bit size header."""
+    for box in _chunk_offset_boxes(moov):
+        write_chunk_offsets(box, read_chunk_offsets(box), as_co64=True)
+
+    def mark(b: Box) -> None:
+        b.large = True
+        for c in b.children or []:
+            mark(c)
+    mark(moov)
+
+
+def large_top_level(data: bytes) -> bytes:
+    """Write every top-level box with a 64-bit size header (offsets follow)."""
+    boxes = parse_file(data)
+    for b in boxes:
+        b.large = True
+    return serialize_file(boxes)
+
+
+def moov_bytes(data: bytes) -> bytes:
+    """The moov box of a file, found by walking top-level headers."""
+    pos = 0
+    while pos + 8 <= len(data):
+        size, type_ = struct.unpack_from(">I4s", data, pos)
+        header = 8
+        if size == 1:
+            size, header = struct.unpack_from(">Q", data, pos + 8)[0], 16
+        elif size == 0:
+            size = len(data) - pos
+        if type_ == b"moov":
+            return data[pos:pos + size]
+        pos += size
+    raise ValueError("no moov")
+
+
+# ------------------------------------------------------------------------------------------------
+# A tiny LeRobot v3 dataset around MP4s, and the oracle
+# ------------------------------------------------------------------------------------------------
+
+DEFAULT_FEATURES = {
+    "timestamp": {"dtype": "float32", "shape": [1], "names": None},
+    "frame_index": {"dtype": "int64", "shape": [1], "names": None},
+    "episode_index": {"dtype": "int64", "shape": [1], "names": None},
+    "index": {"dtype": "int64", "shape": [1], "names": None},
+    "task_index": {"dtype": "int64", "shape": [1], "names": None},
+}
+#: LeRobot's `video.codec` label per encoder family.
+CODEC_LABEL = {"libx264": "h264", "h264": "h264", "libx265": "hevc", "hevc": "hevc", "libsvtav1": "av1", "av1": "av1"}
+
+
+def make_dataset(root: str | os.PathLike, videos: dict[str, tuple[str | os.PathLike, str]], *, fps: int = 30,
+                 length: int = 10, from_timestamp: float = 0.0, to_timestamp: Optional[float] = None,
+                 copy: bool = True) -> Path:
+    """A one-episode LeRobot v3 dataset at `root` whose video features are `videos`:
+    {key: (mp4 path, declared codec label "h264" | "hevc" | "av1" | ...)}.
+
+    The MP4s are symlinked (or copied) to videos/<key>/chunk-000/file-000.mp4. Returns `root`."""
+    root = Path(root)
+    (root / "meta" / "episodes" / "chunk-000").mkdir(parents=True, exist_ok=True)
+    (root / "data" / "chunk-000").mkdir(parents=True, exist_ok=True)
+    to_timestamp = length / fps if to_timestamp is None else to_timestamp
+    features = {}
+    for key, (mp4, codec) in videos.items():
+        features[key] = {"dtype": "video", "shape": [48, 64, 3], "names": ["height", "width", "channels"],
+                         "info": {"video.codec": codec, "video.fps": fps, "video.pix_fmt": "yuv420p"}}
+        dst = root / "videos" / key / "chunk-000" / "file-000.mp4"
+        dst.parent.mkdir(parents=True, exist_ok=True)
+        if dst.exists() or dst.is_symlink():
+            dst.unlink()
+        if copy:
+            shutil.copyfile(mp4, dst)
+        else:
+            dst.symlink_to(Path(mp4).resolve())
+    features.update(DEFAULT_FEATURES)
+    info = {
+        "codebase_version": "v3.0", "robot_type": "test", "total_episodes": 1, "total_frames": length,
+        "total_tasks": 1, "chunks_size": 1000, "data_files_size_in_mb": 100, "video_files_size_in_mb": 200,
+        "fps": fps, "splits": {"train": "0:1"},
+        "data_path": "data/chunk-{chunk_index:03d}/file-{file_index:03d}.parquet",
+        "video_path": "videos/{video_key}/chunk-{chunk_index:03d}/file-{file_index:03d}.mp4",
+        "features": features,
+    }
+    (root / "meta" / "info.json").write_text(json.dumps(info, indent=2))
+    pq.write_table(pa.table({
+        "timestamp": pa.array([i / fps for i in range(length)], pa.float32()),
+        "frame_index": pa.array(range(length), pa.int64()),
+        "episode_index": pa.array([0] * length, pa.int64()),
+        "index": pa.array(range(length), pa.int64()),
+        "task_index": pa.array([0] * length, pa.int64()),
+    }), root / "data" / "chunk-000" / "file-000.parquet")
+    pq.write_table(pa.table({"task_index": pa.array([0], pa.int64())}), root / "meta" / "tasks.parquet")
+    episodes = {
+        "episode_index": pa.array([0], pa.int64()),
+        "tasks": pa.array([["do the thing"]], pa.list_(pa.string())),
+        "length": pa.array([length], pa.int64()),
+        "data/chunk_index": pa.array([0], pa.int64()), "data/file_index": pa.array([0], pa.int64()),
+        "dataset_from_index": pa.array([0], pa.int64()), "dataset_to_index": pa.array([length], pa.int64()),
+    }
+    for key in videos:
+        episodes[f"videos/{key}/chunk_index"] = pa.array([0], pa.int64())
+        episodes[f"videos/{key}/file_index"] = pa.array([0], pa.int64())
+        episodes[f"videos/{key}/from_timestamp"] = pa.array([from_timestamp], pa.float64())
+        episodes[f"videos/{key}/to_timestamp"] = pa.array([to_timestamp], pa.float64())
+    pq.write_table(pa.table(episodes), root / "meta" / "episodes" / "chunk-000" / "file-000.parquet")
+    return root
+
+
+class OracleError(Exception):
+    """The reference rejected the dataset; the message is its error."""
+
+
+def spiral_available() -> bool:
+    try:
+        import spiral  # noqa: F401
+    except Exception:  # noqa: BLE001
+        return False
+    return True
+
+
+def run_oracle(root: str | os.PathLike, episodes: str = "meta/episodes/chunk-000/file-000.parquet") -> pa.Table:
+    """The reference's episodes (one row per episode) for one episodes file of `root`."""
+    with tempfile.TemporaryDirectory() as tmp:
+        out = os.path.join(tmp, "out.arrow")
+        proc = subprocess.run([sys.executable, ORACLE, str(root), episodes, out], capture_output=True, text=True)
+        if proc.returncode != 0:
+            raise OracleError(proc.stderr.strip().splitlines()[-1] if proc.stderr.strip() else "oracle failed")
+        import transforms.spql_types  # noqa: F401  (registers the spql.* names for reading)
+        with pa.OSFile(out, "rb") as f:
+            return pa.ipc.open_file(f).read_all()
+
+
+def _storage(a: pa.Array) -> pa.Array:
+    return a.storage if isinstance(a, pa.ExtensionArray) else a
+
+
+def indexes_of(episodes: pa.Table) -> dict[str, Optional[dict]]:
+    """{file path: MediaIndex as Python (to_pylist of its storage)} for every video of every episode."""
+    out: dict[str, Optional[dict]] = {}
+    if "videos" not in episodes.column_names:
+        return out
+    videos = episodes.column("videos").combine_chunks()
+    for i in range(videos.type.num_fields):
+        clip = _storage(videos.field(i).field("clip"))
+        media = _storage(clip.field("media"))
+        uris = _storage(media.field("source")).field("uri").to_pylist()
+        for uri, index in zip(uris, _storage(media.field("index")).to_pylist()):
+            path = os.path.realpath(uri[len("file://"):] if uri.startswith("file://") else uri)
+            out[path] = index
+    return out
+
+
+def oracle_index(mp4: str | os.PathLike, codec: str, workdir: str | os.PathLike) -> Optional[dict]:
+    """The reference's MediaIndex of one MP4 (built inside a one-episode dataset in `workdir`).
+
+    Raises OracleError with the reference's message when it rejects the file."""
+    root = make_dataset(Path(workdir) / f"ds_{Path(mp4).stem}", {"observation.images.cam": (mp4, codec)})
+    table = run_oracle(root)
+    return _storage(_storage(_storage(table.column("videos").combine_chunks().field(0).field("clip")).field(
+        "media")).field("index")).to_pylist()[0]
