@@ -40,56 +40,73 @@ class _RowGroups:
         return g0, max(g1, g0 + 1)
 
 
+class DataFileReader:
+    """One open data file: its footer, row groups and checked `index` layout, read once and reused for
+    every episode that needs rows of it (a worker keeps a few open)."""
+
+    def __init__(self, uri: str, relative: str, info: DatasetInfo, counter: storage.ReadCounter) -> None:
+        self.relative = relative
+        self._info = info
+        self._source = None
+        self._error: LeRobotImportError | None = None
+        try:
+            self._source = storage.open_counted(uri, counter, what="data file", file=relative)
+            self._open()
+        except LeRobotImportError as ex:
+            self._error = ex
+        except (pa.ArrowException, OSError, ValueError) as ex:
+            self._error = LeRobotImportError("data_file", f"the data file is not readable Parquet: {ex}",
+                                             file=relative)
+
+    def _open(self) -> None:
+        pf = pq.ParquetFile(self._source)
+        names = set(pf.schema_arrow.names)
+        if "index" not in names:
+            raise LeRobotImportError("missing_column", "the data file has no `index` column", file=self.relative)
+        for feature in self._info.frame_features:
+            if feature.name not in names:
+                raise LeRobotImportError("missing_column", f"the data file has no `{feature.name}` column",
+                                         file=self.relative)
+        self._layout = frames_lib.index_layout(pf.read(columns=["index"]).column("index"), file=self.relative)
+        md = pf.metadata
+        self._groups = _RowGroups(np.concatenate([[0], np.cumsum([md.row_group(i).num_rows
+                                                                  for i in range(md.num_row_groups)])]).astype(np.int64))
+        self._pf = pf
+
+    def read(self, episodes: Sequence[tuple[K, EpisodeRow]]) -> Iterator[list[tuple[K, EpisodeRow, FramesOrError]]]:
+        """Yield, batch by batch, every episode's frames (or the error that stops it)."""
+        if self._error is not None:
+            ex = self._error
+            yield [(key, row, LeRobotImportError(ex.rule, ex.message, file=ex.file or self.relative,
+                                                 episode_index=row.episode_index)) for key, row in episodes]
+            return
+        columns = [f.name for f in self._info.frame_features]
+        planned = []
+        for key, row in sorted(episodes, key=lambda kr: kr[1].from_index):
+            try:
+                first, end = self._layout.rows_of(row.from_index, row.to_index, episode_index=row.episode_index,
+                                                  file=self.relative)
+            except LeRobotImportError as ex:
+                yield [(key, row, ex)]
+                continue
+            planned.append((key, row, first, end))
+        for batch in _batches(planned, self._groups, self._pf.metadata):
+            yield list(_read_batch(self._pf, self.relative, self._info, columns, self._groups, batch))
+
+    def close(self) -> None:
+        if self._source is not None:
+            self._source.close()
+            self._source = None
+
+
 def read_data_file(uri: str, relative: str, info: DatasetInfo, episodes: Sequence[tuple[K, EpisodeRow]],
                    counter: storage.ReadCounter) -> Iterator[list[tuple[K, EpisodeRow, FramesOrError]]]:
     """Yield, batch by batch, every episode's frames (or the error that stops it), reading the file once."""
+    reader = DataFileReader(uri, relative, info, counter)
     try:
-        source = storage.open_counted(uri, counter, what="data file", file=relative)
-    except LeRobotImportError as ex:
-        yield [(key, row, ex) for key, row in episodes]
-        return
-    try:
-        yield from _read(source, relative, info, episodes)
+        yield from reader.read(episodes)
     finally:
-        source.close()
-
-
-def _read(source, relative: str, info: DatasetInfo, episodes: Sequence[tuple[K, EpisodeRow]]
-          ) -> Iterator[list[tuple[K, EpisodeRow, FramesOrError]]]:
-    try:
-        pf = pq.ParquetFile(source)
-        names = set(pf.schema_arrow.names)
-        if "index" not in names:
-            raise LeRobotImportError("missing_column", "the data file has no `index` column", file=relative)
-        for feature in info.frame_features:
-            if feature.name not in names:
-                raise LeRobotImportError("missing_column", f"the data file has no `{feature.name}` column",
-                                         file=relative)
-        layout = frames_lib.index_layout(pf.read(columns=["index"]).column("index"), file=relative)
-        md = pf.metadata
-        groups = _RowGroups(np.concatenate([[0], np.cumsum([md.row_group(i).num_rows
-                                                            for i in range(md.num_row_groups)])]).astype(np.int64))
-    except LeRobotImportError as ex:
-        yield [(key, row, LeRobotImportError(ex.rule, ex.message, file=ex.file, episode_index=row.episode_index))
-               for key, row in episodes]
-        return
-    except (pa.ArrowException, OSError, ValueError) as ex:
-        yield [(key, row, LeRobotImportError("data_file", f"the data file is not readable Parquet: {ex}",
-                                             file=relative, episode_index=row.episode_index))
-               for key, row in episodes]
-        return
-
-    columns = [f.name for f in info.frame_features]
-    planned = []
-    for key, row in sorted(episodes, key=lambda kr: kr[1].from_index):
-        try:
-            first, end = layout.rows_of(row.from_index, row.to_index, episode_index=row.episode_index, file=relative)
-        except LeRobotImportError as ex:
-            yield [(key, row, ex)]
-            continue
-        planned.append((key, row, first, end))
-    for batch in _batches(planned, groups, md):
-        yield list(_read_batch(pf, relative, info, columns, groups, batch))
+        reader.close()
 
 
 def _batches(planned: list, groups: _RowGroups, md) -> Iterator[list]:

@@ -264,25 +264,3 @@ def frames_list(frames: Sequence[pa.StructArray], frame_type: pa.StructType) -> 
 
 
 
-
-def to_ipc(frames: pa.StructArray) -> bytes:
-    """Frames as Arrow IPC bytes: only the array's own range is written, whatever it was sliced from."""
-    batch = pa.RecordBatch.from_struct_array(frames)
-    sink = pa.BufferOutputStream()
-    with pa.ipc.new_stream(sink, batch.schema) as writer:
-        writer.write_batch(batch)
-    return sink.getvalue().to_pybytes()
-
-
-def from_ipc(data: bytes, frame_type: pa.StructType) -> pa.StructArray:
-    """Frames back from `to_ipc`, typed exactly as `frame_type` (our extension classes)."""
-    return spql_types.conform(_read_ipc(data), frame_type)
-
-
-def _read_ipc(data: bytes) -> pa.StructArray:
-    table = pa.ipc.open_stream(pa.py_buffer(data)).read_all()
-    batch = table.combine_chunks().to_batches()
-    if not batch:
-        return pa.StructArray.from_arrays([pa.array([], f.type) for f in table.schema],
-                                          fields=list(table.schema))
-    return batch[0].to_struct_array()

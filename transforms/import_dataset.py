@@ -1,28 +1,29 @@
 """ImportLeRobotDatasets: the Beam story of an import, and the thin DoFns it is told with.
 
-    datasets ─► episodes files ─► reshuffle ─► plan each file: one small work item per episode
-       work items ─► group by data file ─► read each data file once ─► frames per episode
+    datasets ─► episodes files ─► reshuffle ─► plan each file: parts of whole episodes, one small
+                                               work item per episode (paths and ranges, no data)
        work items ─► group by MP4 ─► read each moov once ─► clip facts (+ MediaIndex) per file
-       plans + frames + clip facts ─► group by part ─► write each part (temporary name)
+       part plans + clip facts ─► group by part ─► read the part's data-file slices (only the row
+                                   groups it needs; open files reused per worker) ─► write the part
+                                   under a temporary name
        parts ─► group by episodes file ─► move all parts into place, or none
        outcomes ─► per dataset: errors.jsonl + manifest.json
 
-Every failure travels as data (a FailureRecord), so one bad episodes file never stops the others.
+Only small elements cross a shuffle; frames are read where they are written. Every failure travels
+as data (a FailureRecord), so one bad episodes file never stops the others.
 """
 
 from __future__ import annotations
 
 import json
 import logging
+from collections import OrderedDict
 from typing import Iterable, Iterator
 
 import apache_beam as beam
-import numpy as np
-import pyarrow as pa
 from apache_beam.metrics import Metrics
 
-from transforms import data_files, episode_type, episodes_metadata, sink, storage
-from transforms import frames as frames_lib
+from transforms import data_files, episodes_metadata, sink, storage
 from transforms import media_files
 from transforms.dataset_info import INDEXED_CODECS
 from transforms.errors import FailureRecord, LeRobotImportError
@@ -103,38 +104,6 @@ def _episode_indices_if_readable(root: str, rel: str) -> tuple[int, ...]:
         return ()
 
 
-class ReadFrames(beam.DoFn):
-    """(data file, its episodes) -> (part key, ("frames", positions, lengths, Arrow IPC)) or failures.
-
-    The file is read once, batch by batch; each batch's frames go out as one message per part,
-    serialized as Arrow IPC (which, unlike pickle, carries only the slice's bytes)."""
-
-    def __init__(self, config: ImportConfig) -> None:
-        self._config = config
-
-    def process(self, element: tuple[tuple[str, str], Iterable[EpisodeWork]]) -> Iterator:
-        (root, rel), works = element
-        info = load_info(root, skip_videos=self._config.skip_videos)
-        counter = storage.ReadCounter()
-        episodes = [(w.part_key, w.row) for w in works]
-        for batch in data_files.read_data_file(storage.join(root, rel), rel, info, episodes, counter):
-            by_part: dict[tuple, list] = {}
-            for key, row, result in batch:
-                if isinstance(result, LeRobotImportError):
-                    _counter("errors").inc()
-                    yield key, ("failure", error_record(result, dataset=root, episodes_file=key[1]))
-                else:
-                    by_part.setdefault(key, []).append((row.position, result))
-            for key, items in by_part.items():
-                frames = [f for _, f in items]
-                _counter("episodes").inc(len(items))
-                _counter("frames").inc(sum(len(f) for f in frames))
-                yield key, ("frames", tuple(p for p, _ in items), tuple(len(f) for f in frames),
-                            frames_lib.to_ipc(pa.concat_arrays(frames)))
-        _counter("data_bytes_read").inc(counter.bytes_read)
-        _counter("data_read_requests").inc(counter.requests)
-
-
 def _video_refs(work: EpisodeWork) -> Iterator:
     for video, codec in zip(work.row.videos, work.video_codecs):
         yield (work.part_key[0], video.file), (work.part_key, codec, work.row.episode_index)
@@ -175,26 +144,43 @@ class ReadVideoFiles(beam.DoFn):
 
 
 class WritePart(beam.DoFn):
-    """(part key, its plan + frames + MP4 facts + failures) -> (file key, PartResult), written under a temp name."""
+    """(part key, its plan + MP4 facts + failures) -> (file key, PartResult), written under a temp name.
+
+    The part's frames are read here, from only the row groups its episodes need; a worker keeps its
+    last few data files open, so parts sharing a data file read its footer and `index` once. Frames
+    never cross a shuffle: only plans, paths and MP4 facts do."""
+
+    MAX_OPEN_FILES = 4
 
     def __init__(self, config: ImportConfig) -> None:
         self._config = config
 
+    def setup(self) -> None:
+        self._readers: OrderedDict[tuple[str, str], data_files.DataFileReader] = OrderedDict()
+        self._counter = storage.ReadCounter()
+
+    def teardown(self) -> None:
+        for reader in self._readers.values():
+            reader.close()
+        self._readers.clear()
+
+    def _reader(self, root: str, rel: str, info) -> data_files.DataFileReader:
+        key = (root, rel)
+        if key in self._readers:
+            self._readers.move_to_end(key)
+        else:
+            self._readers[key] = data_files.DataFileReader(storage.join(root, rel), rel, info, self._counter)
+            while len(self._readers) > self.MAX_OPEN_FILES:
+                self._readers.popitem(last=False)[1].close()
+        return self._readers[key]
+
     def process(self, element: tuple[tuple, Iterable[tuple]]) -> Iterator:
         (root, rel, part), messages = element
-        header, frames, videos, failures = None, {}, {}, []
-        info = load_info(root, skip_videos=self._config.skip_videos)
-        frame_type = episode_type.frame_type(info)
+        header, videos, failures = None, {}, []
         for message in messages:
             tag = message[0]
             if tag == "plan":
                 header = message[1]
-            elif tag == "frames":
-                _, positions, lengths, ipc = message
-                batch = frames_lib.from_ipc(ipc, frame_type)
-                starts = np.concatenate([[0], np.cumsum(lengths)])
-                for position, start, length in zip(positions, starts, lengths):
-                    frames[position] = batch.slice(int(start), int(length))
             elif tag == "video":
                 videos[message[1]] = message[2]
             else:
@@ -204,13 +190,22 @@ class WritePart(beam.DoFn):
         base = dict(dataset=root, episodes_file=rel, part=part, num_parts=header.num_parts,
                     episode_indices=tuple(r.episode_index for r in rows), data_bytes=header.plan.data_bytes,
                     oversized=header.plan.oversized)
+        info = load_info(root, skip_videos=self._config.skip_videos)
+        frames: dict[int, object] = {}
+        before = (self._counter.bytes_read, self._counter.requests)
         if not failures:
-            missing = [r.episode_index for r in rows if r.position not in frames]
-            if missing:
-                failures.append(FailureRecord(root, rel, missing[0], None, "accounting",
-                                              f"episodes {missing} produced no frames"))
+            for data_file, episodes in _by_data_file(rows).items():
+                for batch in self._reader(root, data_file, info).read([(r.position, r) for r in episodes]):
+                    for position, row, result in batch:
+                        if isinstance(result, LeRobotImportError):
+                            failures.append(error_record(result, dataset=root, episodes_file=rel))
+                        else:
+                            frames[position] = result
+        _counter("data_bytes_read").inc(self._counter.bytes_read - before[0])
+        _counter("data_read_requests").inc(self._counter.requests - before[1])
         if failures:
-            yield (root, rel), PartResult(**base, failures=tuple(sorted(failures, key=FailureRecord.sort_key)))
+            _counter("errors").inc(len(failures))
+            yield (root, rel), PartResult(**base, failures=tuple(sorted(set(failures), key=FailureRecord.sort_key)))
             return
         table = sink.part_table(info, rows, [frames[r.position] for r in rows], videos,
                                 inline_index=self._config.inline_index)
@@ -218,10 +213,19 @@ class WritePart(beam.DoFn):
         out = self._config.output_of(root)
         final = storage.join(out, output_part_path(rel, part, header.num_parts))
         tmp = storage.write_tmp(final, lambda f: f.write(data))
+        n_frames = sum(len(frames[r.position]) for r in rows)
+        _counter("episodes").inc(len(rows))
+        _counter("frames").inc(n_frames)
         _counter("parts_written").inc()
         _counter("output_bytes").inc(len(data))
-        yield (root, rel), PartResult(**base, tmp_uri=tmp, frames=sum(len(frames[r.position]) for r in rows),
-                                      bytes=len(data))
+        yield (root, rel), PartResult(**base, tmp_uri=tmp, frames=n_frames, bytes=len(data))
+
+
+def _by_data_file(rows) -> dict[str, list]:
+    out: dict[str, list] = {}
+    for row in rows:
+        out.setdefault(row.data_file, []).append(row)
+    return out
 
 
 class CommitEpisodesFile(beam.DoFn):
@@ -295,10 +299,6 @@ class ImportLeRobotDatasets(beam.PTransform):
                    | "SpreadEpisodesFiles" >> beam.Reshuffle()
                    | "PlanEpisodesFiles" >> beam.ParDo(PlanEpisodesFile(config)).with_outputs(
                        "work", "outcomes", main="headers"))
-        frames = (planned.work
-                  | "ByDataFile" >> beam.Map(lambda w: ((w.part_key[0], w.row.data_file), w))
-                  | "GroupByDataFile" >> beam.GroupByKey()
-                  | "ReadFrames" >> beam.ParDo(ReadFrames(config)))
         video_files = (planned.work
                        | "ByVideoFile" >> beam.FlatMap(_video_refs)
                        | "GroupByVideoFile" >> beam.GroupByKey()
@@ -306,7 +306,7 @@ class ImportLeRobotDatasets(beam.PTransform):
                            "index_rows", main="facts"))
         media_index_files = (video_files.index_rows
                              | "WriteMediaIndex" >> media_files.WriteMediaIndex(config))
-        committed = ((planned.headers, frames, video_files.facts)
+        committed = ((planned.headers, video_files.facts)
                      | "AllPartMessages" >> beam.Flatten()
                      | "GroupByPart" >> beam.GroupByKey()
                      | "WriteParts" >> beam.ParDo(WritePart(config))

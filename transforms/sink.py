@@ -47,7 +47,7 @@ def parquet_bytes(table: pa.Table) -> bytes:
     """Deterministic Parquet bytes: same table, same bytes."""
     sink = io.BytesIO()
     pq.write_table(table, sink, compression="zstd", row_group_size=EPISODES_PER_ROW_GROUP,
-                   use_compliant_nested_type=False,
+                   use_compliant_nested_type=False, use_dictionary=False,
                    write_statistics=["episode_index", "length"], store_schema=True)
     return sink.getvalue()
 
