@@ -8,9 +8,11 @@ submits the same pipeline. Exit status 0 when every episodes file imported, 1 ot
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import sys
+import uuid
 from typing import Optional, Sequence
 
 import apache_beam as beam
@@ -25,32 +27,64 @@ from transforms.import_plan import ImportConfig
 _LOG = logging.getLogger("lerobot_import")
 
 
-def config_from_options(options: ImportOptions) -> ImportConfig:
-    if not options.dataset:
-        raise SystemExit("error: --dataset is required")
+def config_from_options(options: ImportOptions, *, run_id: str = "", started_at: str = "") -> ImportConfig:
+    """The run's ImportConfig: dataset roots resolved (lists and globs expanded) and their outputs."""
     if not options.output:
         raise SystemExit("error: --output is required")
-    roots = [storage.normalize_root(d) for d in options.dataset]
+    roots = [storage.normalize_root(d) for d in (options.dataset or [])]
+    bulk = resolve_datasets(options.datasets) if options.datasets else []
+    if not roots and not bulk:
+        raise SystemExit("error: give --dataset ROOT (repeatable) or --datasets ROOTS|GLOB|@FILE")
     out = storage.normalize_root(options.output)
-    if len(roots) == 1:
+    roots = list(dict.fromkeys(roots + bulk))
+    if len(roots) == 1 and not bulk:
         targets = ((roots[0], out),)
     else:
+        names: dict[str, str] = {}
+        for root in roots:
+            name = dataset_name(root)
+            if name in names:
+                raise SystemExit(f"error: datasets {names[name]} and {root} would both import into "
+                                 f"{storage.join(out, name)}; import them in separate runs")
+            names[name] = root
         targets = tuple((r, storage.join(out, dataset_name(r))) for r in roots)
     return ImportConfig(targets=targets, read_in_parts=options.read_in_parts,
                         data_span_limit=options.data_span_limit, inline_index=options.inline_index,
-                        skip_videos=options.skip_videos)
+                        skip_videos=options.skip_videos, force=options.force, run_id=run_id,
+                        started_at=started_at)
+
+
+def resolve_datasets(spec: str) -> list[str]:
+    """`a,b`, glob patterns and `@file` (one root or pattern per line, `#` comments) -> dataset roots."""
+    if spec.startswith("@"):
+        raw = storage.read_bytes(storage.normalize_root(spec[1:]), what="dataset list", file=spec[1:])
+        items = [line.split("#", 1)[0].strip() for line in raw.decode().splitlines()]
+    else:
+        items = [item.strip() for item in spec.split(",")]
+    roots = []
+    for item in filter(None, items):
+        if any(c in item for c in "*?["):
+            matches = [m for m in storage.glob(storage.normalize_root(item)) if storage.is_dir(m)]
+            if not matches:
+                raise SystemExit(f"error: --datasets pattern {item!r} matches no folder")
+            roots += matches
+        else:
+            roots.append(storage.normalize_root(item))
+    return roots
 
 
 def dataset_name(root: str) -> str:
     return root.rstrip("/").rsplit("/", 1)[-1]
 
 
-def build_pipeline(options: PipelineOptions, config: ImportConfig, started_at: str) -> beam.Pipeline:
+def build_pipeline(options: PipelineOptions, config: ImportConfig, started_at: Optional[str] = None) -> beam.Pipeline:
     """The import pipeline, not yet run (a Flex Template launcher runs it and returns)."""
+    if started_at is not None and not config.started_at:
+        config = dataclasses.replace(config, started_at=started_at)
     p = beam.Pipeline(options=options)
     _ = (p
          | "Datasets" >> beam.Create([root for root, _ in config.targets])
-         | "Import" >> ImportLeRobotDatasets(config, started_at))
+         | "Import" >> ImportLeRobotDatasets(config))
     return p
 
 
@@ -59,9 +93,8 @@ def run(argv: Optional[Sequence[str]] = None, *, wait: bool = True) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     options = PipelineOptions(argv)
     import_options = options.view_as(ImportOptions)
-    config = config_from_options(import_options)
-    started_at = sink.now_iso()
-    pipeline = build_pipeline(options, config, started_at)
+    config = config_from_options(import_options, run_id=uuid.uuid4().hex, started_at=sink.now_iso())
+    pipeline = build_pipeline(options, config)
     result = pipeline.run()
     if not wait:
         return 0
@@ -70,12 +103,20 @@ def run(argv: Optional[Sequence[str]] = None, *, wait: bool = True) -> int:
 
 
 def summarize(result, config: ImportConfig) -> int:
+    """Print each dataset's outcome and the run's counters; 1 when any dataset failed."""
     counters = {c.key.metric.name: c.committed for c in
                 result.metrics().query(MetricsFilter().with_namespace(NAMESPACE))["counters"]}
     status = 0
     for root, out in config.targets:
-        doc = json.loads(storage.read_bytes(storage.join(out, "manifest.json"), what="manifest",
-                                            file="manifest.json"))
+        raw = storage.optional_read(storage.join(out, "manifest.json"))
+        doc = json.loads(raw) if raw else None
+        if doc is None:
+            print(f"{root}: FAILED - no manifest was written -> {out}")
+            status = 1
+            continue
+        if doc.get("run_id") != config.run_id:
+            print(f"{root}: skipped - unchanged since its import of {doc.get('finished_at')} (--force redoes it)")
+            continue
         t = doc["totals"]
         print(f"{root}: {doc['status']} - {t['episodes_written']}/{t['episodes']} episodes, {t['frames']} frames, "
               f"{t['episodes_files_imported']}/{t['episodes_files']} episodes files, {t['errors']} errors "

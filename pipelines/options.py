@@ -17,6 +17,12 @@ class ImportOptions(PipelineOptions):
         parser.add_argument("--dataset", action="append", default=None,
                             help="Root of a LeRobot v3 dataset: a local path or an fsspec URL (gs://, s3://, "
                                  "memory://, ...). May be repeated.")
+        parser.add_argument("--datasets", default=None,
+                            help="Several dataset roots for a bulk import: comma-separated roots or glob "
+                                 "patterns (gs://bucket/datasets/*), or @FILE listing one root or pattern per "
+                                 "line. Each imports into OUT/<dataset name>/.")
+        parser.add_argument("--force", action="store_true", default=False,
+                            help="Re-import datasets whose last import is up to date (same files).")
         parser.add_argument("--output", required=False, default=None,
                             help="Output root (local path or fsspec URL).")
         parser.add_argument("--read_in_parts", "--read-in-parts", dest="read_in_parts", action="store_true",

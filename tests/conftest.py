@@ -47,7 +47,7 @@ def copy_dataset(src: Path, dest: Path) -> Path:
 def run_import(dataset, output, *extra: str) -> int:
     """Run the import pipeline in-process on FnApiRunner (never Prism, never the network)."""
     from pipelines.import_lerobot import run
-    datasets = dataset if isinstance(dataset, (list, tuple)) else [dataset]
+    datasets = dataset if isinstance(dataset, (list, tuple)) else [dataset]  # [] with --datasets in extra
     argv = [a for d in datasets for a in ("--dataset", str(d))] + ["--output", str(output)]
     if not any(a.startswith("--runner") for a in extra):
         argv += ["--runner", "FnApiRunner"]
@@ -75,7 +75,7 @@ def output_files(output: Path) -> dict[str, bytes]:
             data = path.read_bytes()
             if path.name == "manifest.json":
                 doc = json.loads(data)
-                doc["started_at"] = doc["finished_at"] = None
+                doc["started_at"] = doc["finished_at"] = doc["run_id"] = None
                 data = json.dumps(doc, sort_keys=True).encode()
             out[str(path.relative_to(output))] = data
     return out

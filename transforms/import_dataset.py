@@ -23,7 +23,7 @@ from typing import Iterable, Iterator
 import apache_beam as beam
 from apache_beam.metrics import Metrics
 
-from transforms import data_files, episodes_metadata, sink, storage
+from transforms import data_files, dataset_fingerprint, episodes_metadata, sink, storage
 from transforms import media_files
 from transforms.dataset_info import INDEXED_CODECS
 from transforms.errors import FailureRecord, LeRobotImportError
@@ -246,14 +246,38 @@ class CommitEpisodesFile(beam.DoFn):
         yield outcome
 
 
+class CheckDataset(beam.DoFn):
+    """dataset root -> (root, fingerprint) to import, or ("skipped") when its last import is up to date."""
+
+    def __init__(self, config: ImportConfig) -> None:
+        self._config = config
+
+    def process(self, root: str) -> Iterator:
+        try:
+            current = dataset_fingerprint.fingerprint(root)
+        except OSError as ex:
+            _LOG.warning("cannot list %s (%s); importing it anyway", root, ex)
+            yield root, None
+            return
+        if not self._config.force:
+            raw = storage.optional_read(storage.join(self._config.output_of(root), "manifest.json"))
+            previous = json.loads(raw) if raw else None
+            if dataset_fingerprint.up_to_date(previous, current, self._config.output_options()):
+                _LOG.info("%s is unchanged since its import of %s: skipped (--force redoes it)", root,
+                          previous.get("finished_at"))
+                _counter("datasets_skipped").inc()
+                yield beam.pvalue.TaggedOutput("skipped", root)
+                return
+        yield root, current
+
+
 class FinishDataset(beam.DoFn):
     """(dataset, its outcomes) -> errors.jsonl and manifest.json under the dataset's output; yields the manifest."""
 
-    def __init__(self, config: ImportConfig, started_at: str) -> None:
+    def __init__(self, config: ImportConfig) -> None:
         self._config = config
-        self._started_at = started_at
 
-    def process(self, element: tuple[str, Iterable]) -> Iterator[dict]:
+    def process(self, element: tuple[str, Iterable], fingerprints: dict) -> Iterator[dict]:
         root, items = element
         outcomes = [i for i in items if isinstance(i, FileOutcome)]
         media_index_files = sorted(i for i in items if isinstance(i, str))
@@ -265,8 +289,11 @@ class FinishDataset(beam.DoFn):
         except LeRobotImportError:
             info_sha = None
         failures = [f for o in outcomes for f in o.failures]
-        doc = sink.manifest(root, info_sha, outcomes, started_at=self._started_at, finished_at=sink.now_iso(),
-                            media_index_files=media_index_files)
+        source = fingerprints.get(root)
+        doc = sink.manifest(root, info_sha, outcomes, started_at=self._config.started_at,
+                            finished_at=sink.now_iso(), media_index_files=media_index_files,
+                            source=source.to_json() if source else None, run_id=self._config.run_id,
+                            options=self._config.output_options())
         totals = doc["totals"]
         if totals["episodes"] != totals["episodes_written"] + totals["episodes_failed"]:
             doc["status"] = "failed"
@@ -278,23 +305,26 @@ class FinishDataset(beam.DoFn):
         storage.write_atomic(storage.join(out, "errors.jsonl"), sink.errors_jsonl(failures))
         storage.write_atomic(storage.join(out, "manifest.json"),
                              (json.dumps(doc, indent=2, sort_keys=True) + "\n").encode())
+        _counter("datasets_imported" if doc["status"] == "imported" else "datasets_failed").inc()
         yield doc
 
 
 class ImportLeRobotDatasets(beam.PTransform):
     """Import LeRobot v3 datasets (a PCollection of root URIs) into `config`'s outputs.
 
-    Returns the PCollection of manifests, one per dataset."""
+    Returns the PCollection of manifests, one per dataset imported (skipped datasets have none)."""
 
-    def __init__(self, config: ImportConfig, started_at: str) -> None:
+    def __init__(self, config: ImportConfig) -> None:
         super().__init__()
         self._config = config
-        self._started_at = started_at
 
     def expand(self, roots):
         config = self._config
-        listed = roots | "ListEpisodesFiles" >> beam.ParDo(ListEpisodesFiles(config)).with_outputs(
-            "outcomes", main="files")
+        checked = roots | "CheckDatasets" >> beam.ParDo(CheckDataset(config)).with_outputs("skipped", main="todo")
+        listed = (checked.todo
+                  | "DatasetRoots" >> beam.Keys()
+                  | "ListEpisodesFiles" >> beam.ParDo(ListEpisodesFiles(config)).with_outputs("outcomes",
+                                                                                              main="files"))
         planned = (listed.files
                    | "SpreadEpisodesFiles" >> beam.Reshuffle()
                    | "PlanEpisodesFiles" >> beam.ParDo(PlanEpisodesFile(config)).with_outputs(
@@ -312,20 +342,11 @@ class ImportLeRobotDatasets(beam.PTransform):
                      | "WriteParts" >> beam.ParDo(WritePart(config))
                      | "GroupByEpisodesFile" >> beam.GroupByKey()
                      | "CommitEpisodesFiles" >> beam.ParDo(CommitEpisodesFile(config)))
-        return ((listed.outcomes, planned.outcomes, committed)
-                | "AllOutcomes" >> beam.Flatten()
-                | "ByDatasetOutcome" >> beam.Map(lambda o: (o.dataset, o))
-                | "WithMediaIndexFiles" >> _WithMediaIndexFiles(media_index_files)
+        outcomes = ((listed.outcomes, planned.outcomes, committed)
+                    | "AllOutcomes" >> beam.Flatten()
+                    | "ByDatasetOutcome" >> beam.Map(lambda o: (o.dataset, o)))
+        return ((outcomes, media_index_files)
+                | "OutcomesAndIndexFiles" >> beam.Flatten()
                 | "GroupByDataset" >> beam.GroupByKey()
-                | "FinishDatasets" >> beam.ParDo(FinishDataset(config, self._started_at)))
-
-
-class _WithMediaIndexFiles(beam.PTransform):
-    """Adds (dataset, media_index file path) items beside the outcomes so the manifest lists them."""
-
-    def __init__(self, media_index_files) -> None:
-        super().__init__()
-        self._files = media_index_files
-
-    def expand(self, outcomes):
-        return (outcomes, self._files) | beam.Flatten()
+                | "FinishDatasets" >> beam.ParDo(FinishDataset(config),
+                                                 fingerprints=beam.pvalue.AsDict(checked.todo)))

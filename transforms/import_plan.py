@@ -28,6 +28,14 @@ class ImportConfig:
     data_span_limit: int = DATA_SPAN_LIMIT
     inline_index: bool = False
     skip_videos: bool = False
+    force: bool = False  # redo datasets whose last import is up to date
+    run_id: str = ""
+    started_at: str = ""
+
+    def output_options(self) -> dict:
+        """The options that change what an import writes (a previous import with others is not reused)."""
+        return {"read_in_parts": self.read_in_parts, "data_span_limit": self.data_span_limit,
+                "inline_index": self.inline_index, "skip_videos": self.skip_videos}
 
     def output_of(self, dataset: str) -> str:
         for root, out in self.targets:

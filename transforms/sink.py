@@ -111,7 +111,8 @@ def errors_jsonl(failures: Iterable[FailureRecord]) -> bytes:
 
 def manifest(dataset: str, info_sha256: Optional[str], outcomes: Sequence[FileOutcome], *,
              started_at: str, finished_at: str, media_index_files: Sequence[str] = (),
-             dataset_failures: Sequence[FailureRecord] = ()) -> dict:
+             dataset_failures: Sequence[FailureRecord] = (), source: Optional[dict] = None,
+             run_id: str = "", options: Optional[dict] = None) -> dict:
     """manifest.json: what was imported, with totals that must add up (episodes read = written + failed)."""
     files = {}
     for o in sorted(outcomes, key=lambda o: o.episodes_file):
@@ -136,6 +137,9 @@ def manifest(dataset: str, info_sha256: Optional[str], outcomes: Sequence[FileOu
     return {
         "dataset": dataset,
         "info_json_sha256": info_sha256,
+        "source": source,
+        "run_id": run_id,
+        "options": options,
         "status": "imported" if totals["errors"] == 0 else "failed",
         "episodes_files": files,
         "media_index": list(media_index_files),

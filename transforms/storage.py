@@ -207,3 +207,8 @@ def optional_read(uri: str) -> Optional[bytes]:
         return fs.cat_file(path)
     except FileNotFoundError:
         return None
+
+
+def is_dir(uri: str) -> bool:
+    fs, path = filesystem(uri)
+    return fs.isdir(path)

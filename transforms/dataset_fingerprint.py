@@ -1,0 +1,58 @@
+"""What a dataset's files are right now, in one digest, so a scheduled bulk import can skip a dataset
+that has not changed since its last successful import (and redo it when anything did)."""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+from typing import Any, Optional
+
+from transforms import storage
+
+#: Folders whose files decide an import's output (info.json is under meta/).
+SOURCE_DIRS = ("meta", "data", "videos")
+#: File-listing keys that change when an object is rewritten, by filesystem: GCS generation, local
+#: mtime, S3 ETag/LastModified, others' update times.
+VERSION_KEYS = ("generation", "mtime", "ETag", "LastModified", "updated", "last_modified", "etag")
+
+
+@dataclasses.dataclass(frozen=True)
+class Fingerprint:
+    sha256: str
+    files: int
+    bytes: int
+
+    def to_json(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+def _version(detail: dict) -> str:
+    for key in VERSION_KEYS:
+        if detail.get(key) is not None:
+            return f"{key}={detail[key]}"
+    return ""
+
+
+def fingerprint(root: str) -> Fingerprint:
+    """Digest of (path, size, version) of every file under meta/, data/ and videos/."""
+    fs, base = storage.filesystem(root)
+    lines, total, count = [], 0, 0
+    for folder in SOURCE_DIRS:
+        try:
+            found = fs.find(f"{base.rstrip('/')}/{folder}", detail=True)
+        except FileNotFoundError:
+            continue
+        for path, detail in found.items():
+            size = int(detail.get("size") or 0)
+            rel = path[len(base.rstrip("/")) + 1:] if path.startswith(base.rstrip("/") + "/") else path
+            lines.append(f"{rel}\t{size}\t{_version(detail)}")
+            total += size
+            count += 1
+    digest = hashlib.sha256("\n".join(sorted(lines)).encode()).hexdigest()
+    return Fingerprint(sha256=digest, files=count, bytes=total)
+
+
+def up_to_date(manifest: Optional[dict], current: Fingerprint, options: dict) -> bool:
+    """A previous import is still valid: it succeeded, with the same options, from the same files."""
+    return (bool(manifest) and manifest.get("status") == "imported" and manifest.get("options") == options
+            and (manifest.get("source") or {}).get("sha256") == current.sha256)
