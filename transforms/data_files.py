@@ -44,12 +44,13 @@ class DataFileReader:
     """One open data file: its footer, row groups and checked `index` layout, read once and reused for
     every episode that needs rows of it (a worker keeps a few open)."""
 
-    def __init__(self, uri: str, relative: str, info: DatasetInfo, counter: storage.ReadCounter) -> None:
+    def __init__(self, root: str, relative: str, info: DatasetInfo, counter: storage.ReadCounter) -> None:
         self.relative = relative
         self._info = info
         self._source = None
         self._error: LeRobotImportError | None = None
         try:
+            uri = storage.dataset_file(root, relative)
             self._source = storage.open_counted(uri, counter, what="data file", file=relative)
             self._open()
         except LeRobotImportError as ex:
@@ -99,10 +100,10 @@ class DataFileReader:
             self._source = None
 
 
-def read_data_file(uri: str, relative: str, info: DatasetInfo, episodes: Sequence[tuple[K, EpisodeRow]],
+def read_data_file(root: str, relative: str, info: DatasetInfo, episodes: Sequence[tuple[K, EpisodeRow]],
                    counter: storage.ReadCounter) -> Iterator[list[tuple[K, EpisodeRow, FramesOrError]]]:
     """Yield, batch by batch, every episode's frames (or the error that stops it), reading the file once."""
-    reader = DataFileReader(uri, relative, info, counter)
+    reader = DataFileReader(root, relative, info, counter)
     try:
         yield from reader.read(episodes)
     finally:

@@ -114,37 +114,61 @@ def read_episode_rows(raw: pa.Table | bytes, info: DatasetInfo, *, file: str) ->
             for f in info.video_features:
                 p = f"videos/{f.name}/"
                 start, end = float(floats[p + "from_timestamp"][i]), float(floats[p + "to_timestamp"][i])
-                if not (np.isfinite(start) and np.isfinite(end)):
-                    raise LeRobotImportError("episodes_file", f"episode {ep}: `{p}from_timestamp`/`to_timestamp` "
-                                             f"are not finite ({start}, {end})")
+                if not (np.isfinite(start) and np.isfinite(end)) or end < start or start < 0:
+                    raise LeRobotImportError("timestamps", f"episode {ep}: camera `{f.name}` spans {start!r}.."
+                                             f"{end!r} s of its video file; a clip needs finite, non-negative "
+                                             "times with to_timestamp >= from_timestamp")
                 videos.append(VideoSlice(f.name, info.video_file(f.name, ints[p + "chunk_index"][i],
                                                                  ints[p + "file_index"][i]), start, end))
         except LeRobotImportError as ex:
             raise ex.with_context(episode_index=ep, file=file)
         rows.append(EpisodeRow(position=i, episode_index=ep, tasks=tasks[i], length=length, data_file=data_file,
                                from_index=frm, to_index=to, videos=tuple(videos)))
+    check_order(rows, file=file)
     return rows
 
 
+def check_order(rows: Sequence[EpisodeRow], *, file: str) -> None:
+    """Rows in increasing episode_index order, with frame ranges that do not overlap: LeRobot's writers
+    always write them so, and its reader finds an episode by position, so anything else is a broken file."""
+    for prev, row in zip(rows, rows[1:]):
+        if row.episode_index <= prev.episode_index:
+            what = "twice" if row.episode_index == prev.episode_index else f"after episode {prev.episode_index}"
+            raise LeRobotImportError("duplicate_episode" if row.episode_index == prev.episode_index
+                                     else "episode_order",
+                                     f"episode {row.episode_index} appears {what} (row {row.position}); episodes "
+                                     "must be in increasing episode_index order", episode_index=row.episode_index,
+                                     file=file)
+    by_range = sorted((r for r in rows if r.length), key=lambda r: r.from_index)
+    for prev, row in zip(by_range, by_range[1:]):
+        if row.from_index < prev.to_index:
+            raise LeRobotImportError("episode_order", f"episode {row.episode_index} spans frames {row.from_index}.."
+                                     f"{row.to_index}, overlapping episode {prev.episode_index}'s "
+                                     f"{prev.from_index}..{prev.to_index}", episode_index=row.episode_index,
+                                     file=file)
+
+
 def _int_column(table: pa.Table, name: str, file: str) -> np.ndarray:
+    """An integer column; like the reference, any column that casts to int64 without loss is accepted."""
     col = table.column(name)
     if col.null_count:
         raise LeRobotImportError("episodes_file", f"column `{name}` holds nulls", file=file)
-    if not (pa.types.is_integer(col.type) or pa.types.is_floating(col.type)):
-        raise LeRobotImportError("episodes_file", f"column `{name}` is {col.type}, not an integer", file=file)
     try:
         return col.cast(pa.int64(), safe=True).to_numpy()
-    except pa.ArrowInvalid as ex:
-        raise LeRobotImportError("episodes_file", f"column `{name}` does not convert to int64: {ex}",
-                                 file=file) from None
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError) as ex:
+        raise LeRobotImportError("episodes_file", f"column `{name}` ({col.type}) does not convert to int64: "
+                                 f"{str(ex).splitlines()[0]}", file=file) from None
 
 
 def _float_column(table: pa.Table, name: str, file: str) -> np.ndarray:
     col = table.column(name)
-    if col.null_count or not (pa.types.is_floating(col.type) or pa.types.is_integer(col.type)):
-        raise LeRobotImportError("episodes_file", f"column `{name}` must be non-null numbers, is {col.type}",
-                                 file=file)
-    return col.cast(pa.float64()).to_numpy()
+    if col.null_count:
+        raise LeRobotImportError("episodes_file", f"column `{name}` holds nulls", file=file)
+    try:
+        return col.cast(pa.float64(), safe=True).to_numpy()
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError) as ex:
+        raise LeRobotImportError("episodes_file", f"column `{name}` ({col.type}) does not convert to float64: "
+                                 f"{str(ex).splitlines()[0]}", file=file) from None
 
 
 def _tasks_column(table: pa.Table, file: str) -> list[tuple[str, ...]]:

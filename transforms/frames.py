@@ -79,9 +79,30 @@ def convert_frames(table: pa.Table, info: DatasetInfo, *, episode_index: Optiona
 
 
 def validate_frames(frames: pa.StructArray, info: DatasetInfo, *, episode_index: int, file: str) -> None:
-    """Rules that need one whole episode's frames (the language columns)."""
+    """Rules that need one whole episode's frames: its timeline, and the language columns."""
+    if "timestamp" in {f.name for f in info.frame_features}:
+        _validate_timeline(frames.field("timestamp"), episode_index=episode_index, file=file)
     if any(f.kind == "language" for f in info.frame_features):
         _validate_language(frames, info, episode_index=episode_index, file=file)
+
+
+def _validate_timeline(timestamps: pa.Array, *, episode_index: int, file: str) -> None:
+    """`timestamp` is the episode's timeline: no NaN, never going backwards (nulls are left alone)."""
+    values = timestamps.to_numpy(zero_copy_only=False).astype(np.float64)
+    valid = timestamps.is_valid().to_numpy(zero_copy_only=False)
+    nan = valid & np.isnan(values)
+    if nan.any():
+        i = int(np.flatnonzero(nan)[0])
+        raise LeRobotImportError("timestamps", f"episode {episode_index}: frame {i} has timestamp NaN",
+                                 episode_index=episode_index, file=file)
+    present = values[valid]
+    back = np.flatnonzero(np.diff(present) < 0)
+    if len(back):
+        frames = np.flatnonzero(valid)
+        i = int(frames[back[0] + 1])
+        raise LeRobotImportError("timestamps", f"episode {episode_index}: timestamp goes backwards at frame {i} "
+                                 f"({present[back[0] + 1]!r} after {present[back[0]]!r})",
+                                 episode_index=episode_index, file=file)
 
 
 def _validate_language(frames: pa.StructArray, info: DatasetInfo, *, episode_index: int, file: str) -> None:

@@ -70,10 +70,10 @@ class PlanEpisodesFile(beam.DoFn):
         root, rel = element
         try:
             info = load_info(root, skip_videos=self._config.skip_videos)
-            raw = storage.read_bytes(storage.join(root, rel), what="episodes file", file=rel)
+            raw = storage.read_bytes(storage.dataset_file(root, rel), what="episodes file", file=rel)
             rows = episodes_metadata.read_episode_rows(raw, info, file=rel)
             parts = episodes_metadata.plan_parts(
-                rows, lambda f: storage.file_size(storage.join(root, f), what="data file", file=f),
+                rows, lambda f: storage.file_size(storage.dataset_file(root, f), what="data file", file=f),
                 limit=self._config.data_span_limit, in_parts=self._config.read_in_parts, file=rel)
         except LeRobotImportError as ex:
             episodes = _episode_indices_if_readable(root, rel)
@@ -97,7 +97,7 @@ def _episode_indices_if_readable(root: str, rel: str) -> tuple[int, ...]:
     try:
         import pyarrow as pa
         import pyarrow.parquet as pq
-        raw = storage.read_bytes(storage.join(root, rel), what="episodes file", file=rel)
+        raw = storage.read_bytes(storage.dataset_file(root, rel), what="episodes file", file=rel)
         col = pq.read_table(pa.BufferReader(raw), columns=["episode_index"]).column("episode_index")
         return tuple(int(v) for v in col.to_pylist() if v is not None)
     except Exception:  # noqa: BLE001 - best effort: the file is already failing for a reported reason
@@ -126,7 +126,7 @@ class ReadVideoFiles(beam.DoFn):
         part_keys = sorted(first_episode)
         build_index = any(codec in INDEXED_CODECS for _, codec, _ in uses)
         try:
-            facts = media_files.read_video_file(storage.join(root, rel), rel, build_index=build_index)
+            facts = media_files.read_video_file(storage.dataset_file(root, rel), rel, build_index=build_index)
         except LeRobotImportError as ex:
             _counter("errors").inc()
             for key in part_keys:
@@ -169,7 +169,7 @@ class WritePart(beam.DoFn):
         if key in self._readers:
             self._readers.move_to_end(key)
         else:
-            self._readers[key] = data_files.DataFileReader(storage.join(root, rel), rel, info, self._counter)
+            self._readers[key] = data_files.DataFileReader(root, rel, info, self._counter)
             while len(self._readers) > self.MAX_OPEN_FILES:
                 self._readers.popitem(last=False)[1].close()
         return self._readers[key]
@@ -228,15 +228,30 @@ def _by_data_file(rows) -> dict[str, list]:
     return out
 
 
+def _duplicate_episodes(element: tuple[tuple[str, int], Iterable[str]]) -> Iterator:
+    """An episode_index claimed by several rows of the dataset's episodes files fails each of those files."""
+    (root, episode), files = element
+    files = sorted(files)
+    if len(files) > 1:
+        for rel in dict.fromkeys(files):
+            others = ", ".join(f for f in dict.fromkeys(files) if f != rel) or "itself"
+            err = LeRobotImportError("duplicate_episode", f"episode {episode} is listed {len(files)} times "
+                                     f"(also in {others})", episode_index=episode, file=rel)
+            yield (root, rel), error_record(err, dataset=root, episodes_file=rel)
+
+
 class CommitEpisodesFile(beam.DoFn):
     """(file key, its PartResults) -> FileOutcome: every part moved into place, or none."""
 
     def __init__(self, config: ImportConfig) -> None:
         self._config = config
 
-    def process(self, element: tuple[tuple[str, str], Iterable[PartResult]]) -> Iterator[FileOutcome]:
-        (root, rel), results = element
-        outcome = sink.commit_episodes_file(self._config.output_of(root), root, rel, list(results))
+    def process(self, element: tuple[tuple[str, str], Iterable]) -> Iterator[FileOutcome]:
+        (root, rel), items = element
+        items = list(items)
+        results = [i for i in items if isinstance(i, PartResult)]
+        extra = [i for i in items if isinstance(i, FailureRecord)]
+        outcome = sink.commit_episodes_file(self._config.output_of(root), root, rel, results, extra)
         if outcome.status == "failed":
             primary = [f for f in outcome.failures if f.rule != "file_failed"] or list(outcome.failures)
             _LOG.warning("episodes file %s of %s failed: %s", rel, root, primary[0].message)
@@ -336,10 +351,16 @@ class ImportLeRobotDatasets(beam.PTransform):
                            "index_rows", main="facts"))
         media_index_files = (video_files.index_rows
                              | "WriteMediaIndex" >> media_files.WriteMediaIndex(config))
-        committed = ((planned.headers, video_files.facts)
-                     | "AllPartMessages" >> beam.Flatten()
-                     | "GroupByPart" >> beam.GroupByKey()
-                     | "WriteParts" >> beam.ParDo(WritePart(config))
+        duplicates = (planned.work
+                      | "ByEpisodeIndex" >> beam.Map(lambda w: ((w.part_key[0], w.row.episode_index), w.part_key[1]))
+                      | "GroupByEpisodeIndex" >> beam.GroupByKey()
+                      | "FindDuplicateEpisodes" >> beam.FlatMap(_duplicate_episodes))
+        parts = ((planned.headers, video_files.facts)
+                 | "AllPartMessages" >> beam.Flatten()
+                 | "GroupByPart" >> beam.GroupByKey()
+                 | "WriteParts" >> beam.ParDo(WritePart(config)))
+        committed = ((parts, duplicates)
+                     | "PartsAndDuplicates" >> beam.Flatten()
                      | "GroupByEpisodesFile" >> beam.GroupByKey()
                      | "CommitEpisodesFiles" >> beam.ParDo(CommitEpisodesFile(config)))
         outcomes = ((listed.outcomes, planned.outcomes, committed)

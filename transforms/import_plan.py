@@ -46,7 +46,7 @@ class ImportConfig:
 
 @functools.lru_cache(maxsize=64)
 def _load_info_cached(root: str, skip_videos: bool) -> DatasetInfo:
-    raw = storage.read_bytes(storage.join(root, INFO_PATH), what="info file", file=INFO_PATH)
+    raw = storage.read_bytes(storage.dataset_file(root, INFO_PATH), what="info file", file=INFO_PATH)
     info = parse_info(raw)
     return info.without_videos() if skip_videos else info
 

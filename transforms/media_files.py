@@ -9,6 +9,7 @@ episode parts leave `clip.media.index` null (mapping §5, §9).
 from __future__ import annotations
 
 import dataclasses
+import io
 from typing import Iterable, Iterator, Optional
 
 import apache_beam as beam
@@ -83,8 +84,10 @@ def write_media_index_part(out_root: str, shard: int, rows: Iterable[tuple[str, 
     rel = f"{MEDIA_INDEX_DIR}/part-{shard:05d}.parquet"
     table = media_index_table(rows)
     final = storage.join(out_root, rel)
-    tmp = storage.write_tmp(final, lambda f: pq.write_table(table, f, row_group_size=1, compression="zstd",
-                                                                   use_compliant_nested_type=False))
+    sink = io.BytesIO()  # one write request per part, whatever the Parquet writer's call pattern
+    pq.write_table(table, sink, row_group_size=1, compression="zstd", use_compliant_nested_type=False)
+    data = sink.getvalue()
+    tmp = storage.write_tmp(final, lambda f: f.write(data))
     storage.commit(tmp, final)
     return rel
 

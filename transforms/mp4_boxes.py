@@ -19,6 +19,7 @@ import dataclasses
 import struct
 from typing import Any, Optional, Protocol
 
+from transforms import storage
 from transforms.errors import LeRobotImportError
 
 #: How much of the file the first request reads: enough for ftyp, moov of a faststart file of a
@@ -78,7 +79,7 @@ class FsspecRangeSource:
         if length <= 0:
             return b""
         try:
-            out = self.fs.cat_file(self.path, start=start, end=start + length)
+            out = storage.with_retries(lambda: self.fs.cat_file(self.path, start=start, end=start + length))
         except FileNotFoundError as ex:
             raise LeRobotImportError("file_missing", f"video file does not exist: {ex}", file=self.uri) from None
         except Exception as ex:  # noqa: BLE001 - any storage failure is an io failure of this file
@@ -94,7 +95,7 @@ def open_ranged(fs: Any, path: str, *, uri: Optional[str] = None, size: Optional
     uri = uri or path
     if size is None:
         try:
-            size = fs.size(path)
+            size = storage.with_retries(lambda: fs.size(path))
         except FileNotFoundError:
             raise LeRobotImportError("file_missing", "video file does not exist", file=uri) from None
         except Exception as ex:  # noqa: BLE001

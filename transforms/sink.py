@@ -70,13 +70,13 @@ def leftover_tmps(out_root: str, episodes_file: str) -> list[str]:
     return storage.glob(storage.join(out_root, f"{head}/.{stem}*{storage.TMP_MARK}*"))
 
 
-def commit_episodes_file(out_root: str, dataset: str, episodes_file: str, results: Sequence[PartResult]
-                         ) -> FileOutcome:
+def commit_episodes_file(out_root: str, dataset: str, episodes_file: str, results: Sequence[PartResult],
+                         extra_failures: Sequence[FailureRecord] = ()) -> FileOutcome:
     """Move every part of an episodes file into place, or none; report the outcome."""
     results = sorted(results, key=lambda r: r.part)
     expected = results[0].num_parts if results else 0
     episode_indices = tuple(ep for r in results for ep in r.episode_indices)
-    failures = [f for r in results for f in r.failures]
+    failures = [f for r in results for f in r.failures] + list(extra_failures)
     if not failures and [r.part for r in results] != list(range(expected)):
         failures.append(FailureRecord(dataset=dataset, episodes_file=episodes_file, episode_index=None,
                                       file=episodes_file, rule="accounting",

@@ -225,8 +225,10 @@ def type_signature(t: pa.DataType) -> str:
     if isinstance(t, pa.BaseExtensionType):
         if hasattr(t, "__arrow_ext_serialize__"):
             meta = t.__arrow_ext_serialize__().decode()
-        else:  # canonical extension types implemented in C++ (arrow.fixed_shape_tensor)
+        elif isinstance(t, pa.FixedShapeTensorType):  # canonical types implemented in C++
             meta = json.dumps({a: getattr(t, a) for a in ("shape", "dim_names", "permutation")}, sort_keys=True)
+        else:  # other canonical types (arrow.json, arrow.uuid, ...) carry no parameters worth comparing
+            meta = ""
         return f"ext<{t.extension_name}|{meta}|{type_signature(t.storage_type)}>"
     if pa.types.is_struct(t):
         return "struct<" + ", ".join(field_signature(t.field(i)) for i in range(t.num_fields)) + ">"

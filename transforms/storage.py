@@ -11,15 +11,44 @@ import dataclasses
 import io
 import os
 import posixpath
+import random
+import time
 import uuid
-from typing import Callable, Optional
+from typing import Callable, Optional, TypeVar
 
 import fsspec
 from fsspec.core import url_to_fs
 
 from transforms.errors import LeRobotImportError
 
+T = TypeVar("T")
+
 TMP_MARK = ".tmp-"
+
+#: Transient storage failures are retried this many times in all, with exponential backoff.
+ATTEMPTS = 5
+BACKOFF_S = 0.05
+_PERMANENT = (FileNotFoundError, FileExistsError, PermissionError, IsADirectoryError, NotADirectoryError)
+
+
+def is_transient(ex: BaseException) -> bool:
+    """Connection resets, timeouts and server errors are worth a retry; a missing file is not."""
+    if isinstance(ex, _PERMANENT):
+        return False
+    return isinstance(ex, (OSError, ConnectionError, TimeoutError)) or type(ex).__name__ in (
+        "HttpError", "ServiceUnavailable", "ClientError", "ServerDisconnectedError", "ClientOSError")
+
+
+def with_retries(fn: Callable[[], T], *, attempts: int = ATTEMPTS) -> T:
+    """Call `fn`, retrying transient failures (bounded, exponential backoff with jitter)."""
+    for attempt in range(attempts):
+        try:
+            return fn()
+        except BaseException as ex:  # noqa: BLE001 - re-raised unless transient
+            if attempt == attempts - 1 or not is_transient(ex):
+                raise
+            time.sleep(BACKOFF_S * (2 ** attempt) * (0.5 + random.random()))
+    raise AssertionError("unreachable")
 
 
 def filesystem(uri: str) -> tuple[fsspec.AbstractFileSystem, str]:
@@ -44,6 +73,25 @@ def to_uri(fs: fsspec.AbstractFileSystem, path: str) -> str:
 
 def join(root_uri: str, relative: str) -> str:
     return root_uri.rstrip("/") + "/" + relative
+
+
+def dataset_file(root_uri: str, relative: str) -> str:
+    """The URI of a file of the dataset, refused if it would be read from outside the root.
+
+    `relative` is already free of `..`, schemes and absolute paths (dataset_info checks templates);
+    on a local root a symlink could still point elsewhere, so the resolved path must stay inside
+    the resolved root. Object stores have no symlinks."""
+    uri = join(root_uri, relative)
+    fs, path = filesystem(uri)
+    protocol = fs.protocol if isinstance(fs.protocol, str) else fs.protocol[0]
+    if protocol in ("file", "local"):
+        _, root_path = filesystem(root_uri)
+        real_root = os.path.realpath(root_path)
+        real = os.path.realpath(path)
+        if real != real_root and not real.startswith(real_root.rstrip("/") + "/"):
+            raise LeRobotImportError("path_outside_root", f"{relative} resolves to {real}, outside the dataset "
+                                     f"root {real_root}; files outside the root are never read", file=relative)
+    return uri
 
 
 @dataclasses.dataclass
@@ -78,7 +126,14 @@ class CountingFile(io.RawIOBase):
         return self._size
 
     def read(self, n: int = -1) -> bytes:
-        data = self._raw.read(n)
+        position = self._raw.tell()
+
+        def attempt() -> bytes:
+            if self._raw.tell() != position:
+                self._raw.seek(position)
+            return self._raw.read(n)
+
+        data = with_retries(attempt)
         self._counter.requests += 1
         self._counter.bytes_read += len(data)
         return data
@@ -97,8 +152,9 @@ def open_counted(uri: str, counter: ReadCounter, *, what: str, file: str) -> Cou
     """Open a dataset file for random reads; a missing file is the `file_missing` rule."""
     fs, path = filesystem(uri)
     try:
-        size = fs.size(path)
-        raw = fs.open(path, "rb", block_size=0) if _supports_unbuffered(fs) else fs.open(path, "rb")
+        size = with_retries(lambda: fs.size(path))
+        raw = with_retries(lambda: fs.open(path, "rb", block_size=0) if _supports_unbuffered(fs)
+                           else fs.open(path, "rb"))
     except FileNotFoundError:
         raise LeRobotImportError("file_missing", f"{what} {file} does not exist (expected at {uri})",
                                  file=file) from None
@@ -115,7 +171,7 @@ def _supports_unbuffered(fs: fsspec.AbstractFileSystem) -> bool:
 def file_size(uri: str, *, what: str, file: str) -> int:
     fs, path = filesystem(uri)
     try:
-        return int(fs.size(path))
+        return int(with_retries(lambda: fs.size(path)))
     except FileNotFoundError:
         raise LeRobotImportError("file_missing", f"{what} {file} does not exist (expected at {uri})",
                                  file=file) from None
@@ -126,7 +182,7 @@ def file_size(uri: str, *, what: str, file: str) -> int:
 def read_bytes(uri: str, *, what: str, file: str) -> bytes:
     fs, path = filesystem(uri)
     try:
-        return fs.cat_file(path)
+        return with_retries(lambda: fs.cat_file(path))
     except FileNotFoundError:
         raise LeRobotImportError("file_missing", f"{what} {file} does not exist (expected at {uri})",
                                  file=file) from None
@@ -142,25 +198,34 @@ def tmp_name(final_uri: str) -> str:
 
 def write_tmp(final_uri: str, write: Callable[[object], None]) -> str:
     """Write a file under a temporary name next to `final_uri`; returns that name."""
-    tmp = tmp_name(final_uri)
-    fs, path = filesystem(tmp)
-    fs.makedirs(posixpath.dirname(path), exist_ok=True)
-    try:
-        with fs.open(path, "wb") as f:
-            write(f)
-    except BaseException:
-        remove(tmp)
-        raise
-    return tmp
+    fs, _ = filesystem(final_uri)
+
+    def attempt() -> str:
+        tmp = tmp_name(final_uri)
+        _, path = filesystem(tmp)
+        fs.makedirs(posixpath.dirname(path), exist_ok=True)
+        try:
+            with fs.open(path, "wb") as f:
+                write(f)
+        except BaseException:
+            remove(tmp)
+            raise
+        return tmp
+
+    return with_retries(attempt)
 
 
 def commit(tmp_uri: str, final_uri: str) -> None:
     """Move a finished temporary file into place (replacing an older one)."""
     fs, tmp_path = filesystem(tmp_uri)
     _, final_path = filesystem(final_uri)
-    if fs.exists(final_path):
-        fs.rm(final_path)
-    fs.mv(tmp_path, final_path)
+
+    def attempt() -> None:
+        if not fs.exists(tmp_path) and fs.exists(final_path):
+            return  # an earlier attempt moved it before failing to report so
+        fs.mv(tmp_path, final_path)
+
+    with_retries(attempt)
 
 
 def write_atomic(final_uri: str, data: bytes) -> None:
@@ -169,15 +234,19 @@ def write_atomic(final_uri: str, data: bytes) -> None:
 
 def remove(uri: str) -> None:
     fs, path = filesystem(uri)
-    try:
-        fs.rm(path)
-    except FileNotFoundError:
-        pass
+
+    def attempt() -> None:
+        try:
+            fs.rm(path)
+        except FileNotFoundError:
+            pass
+
+    with_retries(attempt)
 
 
 def glob(pattern_uri: str) -> list[str]:
     fs, pattern = filesystem(pattern_uri)
-    return sorted(to_uri(fs, p) for p in fs.glob(pattern))
+    return sorted(to_uri(fs, p) for p in with_retries(lambda: fs.glob(pattern)))
 
 
 def list_files(dir_uri: str, *, suffix: str = "") -> list[str]:
@@ -198,13 +267,13 @@ def relative_to(root_uri: str, uri: str) -> str:
 
 def exists(uri: str) -> bool:
     fs, path = filesystem(uri)
-    return fs.exists(path)
+    return with_retries(lambda: fs.exists(path))
 
 
 def optional_read(uri: str) -> Optional[bytes]:
     fs, path = filesystem(uri)
     try:
-        return fs.cat_file(path)
+        return with_retries(lambda: fs.cat_file(path))
     except FileNotFoundError:
         return None
 

@@ -35,6 +35,9 @@ CONFIG_BOX = {"h264": b"avcC", "h265": b"hvcC", "av1": b"av1C"}
 #: MediaIndex codec name -> PyAV decoders to try, in order (FFmpeg's native "av1" decoder needs a
 #: hardware accelerator; libdav1d is also what `av.open` picks, so pixels match a container decode).
 DECODERS = {"h264": ("h264",), "h265": ("hevc",), "av1": ("libdav1d", "libaom-av1", "av1")}
+#: Codecs whose FFmpeg decoder honours `skip_frame = NONREF` packet by packet (libdav1d reads it
+#: once, at open).
+SKIP_NONREF = {"h264": True, "h265": True, "av1": False}
 #: Visual sample entry: 8-byte box header + 78 bytes of fixed fields before its child boxes.
 _VISUAL_ENTRY_FIXED = 8 + 78
 
@@ -284,9 +287,10 @@ class VideoHandle:
         outside = (s_ns < self.clip_start_ns) | (s_ns >= self.clip_end_ns)
         if outside.any():
             i = int(np.flatnonzero(outside)[0])
-            length = (self.clip_end_ns - self.clip_start_ns) / 1e9
+            lo_t = (self.clip_start_ns + self.time_origin_ns) / 1e9
+            hi_t = (self.clip_end_ns + self.time_origin_ns) / 1e9
             raise ReaderError(f"episode time {t[i]!r} s is outside the clip of {self.uri}: the clip covers "
-                              f"episode times [0, {length:.9g}) s (stream [{self.clip_start_ns / 1e9:.9g}, "
+                              f"episode times [{lo_t:.9g}, {hi_t:.9g}) s (stream [{self.clip_start_ns / 1e9:.9g}, "
                               f"{self.clip_end_ns / 1e9:.9g}) s)")
         ts = self.track.timescale
         sp = self.track.sorted_pts
@@ -365,6 +369,10 @@ class VideoHandle:
                 if s is not None and s not in out:
                     out[s] = fr.to_ndarray(format="rgb24")
 
+        # Non-reference frames that are not targets are never needed: let the decoder skip them
+        # (H.264/HEVC read the NAL header's reference flag; the pixels of every target are unchanged).
+        skip = SKIP_NONREF.get(tr.codec, False)
+        targets = set(closure.targets)
         try:
             for i, s in enumerate(idx.tolist()):
                 buf = memoryview(runs[run_of[i]])[rel[i]:rel[i] + tr.size[s]]
@@ -372,6 +380,8 @@ class VideoHandle:
                 pkt.pts, pkt.dts, pkt.time_base = int(tr.pts[s]), int(tr.dts[s]), time_base
                 if tr.sync[s]:
                     pkt.is_keyframe = True
+                if skip:
+                    ctx.skip_frame = "DEFAULT" if s in targets else "NONREF"
                 take(ctx.decode(pkt))
             take(ctx.decode(None))
         except av.error.FFmpegError as ex:
