@@ -130,9 +130,13 @@ def summarize(result, config: ImportConfig) -> int:
 
 
 def main() -> None:
+    """The `lerobot-import` command: an import, or `lerobot-import render ...` (recipe rendering)."""
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     for noisy in ("apache_beam", "fsspec", "gcsfs", "urllib3", "google"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
+    if sys.argv[1:2] == ["render"]:
+        from pipelines import render_recipes
+        sys.exit(render_recipes.run(sys.argv[2:]))
     sys.exit(run())
 
 
