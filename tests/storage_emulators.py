@@ -13,6 +13,7 @@ import contextlib
 import logging
 import os
 import socket
+import sys
 from http import HTTPStatus
 from typing import Iterator, Optional
 
@@ -107,6 +108,19 @@ def _install_gcs_move_to() -> None:
     server._lerobot_move_to = True
 
 
+def _quiet_disconnects(httpd) -> None:
+    """Drop the traceback http.server prints when a client closes a ranged read early (harmless)."""
+    if httpd is None:
+        return
+    report = httpd.handle_error
+
+    def handle_error(request, client_address):
+        if not isinstance(sys.exc_info()[1], (BrokenPipeError, ConnectionResetError)):
+            report(request, client_address)
+
+    httpd.handle_error = handle_error
+
+
 @contextlib.contextmanager
 def gcs_emulator() -> Iterator[str]:
     """A GCS JSON API on 127.0.0.1; yields its URL. gs:// URLs reach it anonymously while active."""
@@ -118,6 +132,7 @@ def gcs_emulator() -> Iterator[str]:
     port = free_port()
     server = create_server("127.0.0.1", port, in_memory=True)
     server.start()
+    _quiet_disconnects(getattr(getattr(server, "_api", None), "_httpd", None))
     url = f"http://127.0.0.1:{port}"
     try:
         with _env(STORAGE_EMULATOR_HOST=url), _fsspec_conf("gcs", {"token": "anon", "project": "test"}):
@@ -131,15 +146,17 @@ def s3_emulator() -> Iterator[str]:
     """moto's S3 on 127.0.0.1; yields its endpoint URL. s3:// URLs reach it while active."""
     from moto.server import ThreadedMotoServer
 
+    logging.getLogger("werkzeug").setLevel(logging.WARNING)
     port = free_port()
     server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
     server.start()
     url = f"http://127.0.0.1:{port}"
     try:
         # Dummy credentials through the standard variables (botocore reads them); the endpoint
-        # through fsspec's config, since the pipeline passes no storage options.
+        # through fsspec's config, since the pipeline passes no storage options. (botocore's
+        # AWS_ENDPOINT_URL_S3 variable works as well.)
         with _env(AWS_ACCESS_KEY_ID="testing", AWS_SECRET_ACCESS_KEY="testing", AWS_SESSION_TOKEN="testing",
-                  AWS_DEFAULT_REGION="us-east-1", AWS_ENDPOINT_URL_S3=url), \
+                  AWS_DEFAULT_REGION="us-east-1"), \
                 _fsspec_conf("s3", {"client_kwargs": {"endpoint_url": url}}):
             yield url
     finally:

@@ -10,7 +10,7 @@ import json
 
 import pyarrow as pa
 
-from transforms import spql_types
+from transforms import language_columns, spql_types
 from transforms.dataset_info import DatasetInfo, Feature
 from transforms.errors import LeRobotImportError
 
@@ -52,7 +52,6 @@ def frame_field(feature: Feature) -> pa.Field:
     if kind == "image":
         return pa.field(feature.name, spql_types.encoded_image())
     if kind == "language":
-        from transforms import language_columns
         if feature.name == "language_persistent":
             return pa.field(feature.name, language_columns.persistent_type())
         if feature.name == "language_events":

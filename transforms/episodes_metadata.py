@@ -148,6 +148,16 @@ def check_order(rows: Sequence[EpisodeRow], *, file: str) -> None:
                                      file=file)
 
 
+def episode_indices(raw: bytes) -> tuple[int, ...]:
+    """The episode_index values of an episodes file that failed, so its episodes are still accounted
+    for in errors.jsonl; () when even that column cannot be read."""
+    try:
+        col = pq.read_table(pa.BufferReader(raw), columns=["episode_index"]).column("episode_index")
+        return tuple(int(v) for v in col.cast(pa.int64()).to_pylist() if v is not None)
+    except (pa.ArrowException, OSError, ValueError, TypeError):
+        return ()
+
+
 def _int_column(table: pa.Table, name: str, file: str) -> np.ndarray:
     """An integer column; like the reference, any column that casts to int64 without loss is accepted."""
     col = table.column(name)

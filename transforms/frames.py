@@ -13,7 +13,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from transforms import episode_type, spql_types
+from transforms import episode_type, language_columns, spql_types
 from transforms.dataset_info import DatasetInfo, Feature
 from transforms.errors import LeRobotImportError
 
@@ -106,7 +106,6 @@ def _validate_timeline(timestamps: pa.Array, *, episode_index: int, file: str) -
 
 
 def _validate_language(frames: pa.StructArray, info: DatasetInfo, *, episode_index: int, file: str) -> None:
-    from transforms import language_columns
     names = {f.name for f in info.frame_features}
 
     def field(name: str):
@@ -140,7 +139,6 @@ def convert_column(column: pa.Array, feature: Feature) -> pa.Array:
     if kind == "image":
         return _image(column, feature)
     if kind == "language":
-        from transforms import language_columns
         return language_columns.normalize_language_column(
             column, "persistent" if feature.name == "language_persistent" else "events", feature=feature.name)
     raise LeRobotImportError("unknown_dtype", f"feature `{feature.name}` has unknown dtype `{feature.dtype}`")

@@ -68,15 +68,16 @@ class PlanEpisodesFile(beam.DoFn):
 
     def process(self, element: tuple[str, str]) -> Iterator:
         root, rel = element
+        raw = None
         try:
-            info = load_info(root, skip_videos=self._config.skip_videos)
             raw = storage.read_bytes(storage.dataset_file(root, rel), what="episodes file", file=rel)
+            info = load_info(root, skip_videos=self._config.skip_videos)
             rows = episodes_metadata.read_episode_rows(raw, info, file=rel)
             parts = episodes_metadata.plan_parts(
                 rows, lambda f: storage.file_size(storage.dataset_file(root, f), what="data file", file=f),
                 limit=self._config.data_span_limit, in_parts=self._config.read_in_parts, file=rel)
         except LeRobotImportError as ex:
-            episodes = _episode_indices_if_readable(root, rel)
+            episodes = episodes_metadata.episode_indices(raw) if raw is not None else ()
             failures = failure_rows_for_file(root, rel, episodes, [error_record(ex, dataset=root, episodes_file=rel)])
             _counter("errors").inc(len(failures))
             yield beam.pvalue.TaggedOutput("outcomes", FileOutcome(root, rel, "failed", episodes=len(episodes),
@@ -90,18 +91,6 @@ class PlanEpisodesFile(beam.DoFn):
             yield key, ("plan", PartHeader(root, rel, plan, len(parts), part_rows))
             for row in part_rows:
                 yield beam.pvalue.TaggedOutput("work", EpisodeWork(key, row, codecs))
-
-
-def _episode_indices_if_readable(root: str, rel: str) -> tuple[int, ...]:
-    """The episode_index column of an episodes file that failed, so its episodes can be accounted for."""
-    try:
-        import pyarrow as pa
-        import pyarrow.parquet as pq
-        raw = storage.read_bytes(storage.dataset_file(root, rel), what="episodes file", file=rel)
-        col = pq.read_table(pa.BufferReader(raw), columns=["episode_index"]).column("episode_index")
-        return tuple(int(v) for v in col.to_pylist() if v is not None)
-    except Exception:  # noqa: BLE001 - best effort: the file is already failing for a reported reason
-        return ()
 
 
 def _video_refs(work: EpisodeWork) -> Iterator:

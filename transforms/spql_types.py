@@ -192,32 +192,6 @@ def null_media_index(n: int) -> pa.Array:
     return pa.ExtensionArray.from_storage(MediaIndexType(), storage)
 
 
-def conform(array: pa.Array, target: pa.DataType) -> pa.Array:
-    """The same data typed as `target`, zero-copy: rewraps extension values read back (e.g. from IPC) under
-    another class registered for the same extension name (spiral-sdk's, when both are imported)."""
-    if array.type == target:
-        return array
-    if isinstance(target, pa.BaseExtensionType):
-        storage = array.storage if isinstance(array.type, pa.BaseExtensionType) else array
-        return pa.ExtensionArray.from_storage(target, conform(storage, target.storage_type))
-    if isinstance(array.type, pa.BaseExtensionType):
-        array = array.storage
-    if pa.types.is_struct(target):
-        children = [conform(array.field(i), target.field(i).type) for i in range(target.num_fields)]
-        mask = array.is_null() if array.null_count else None
-        return pa.StructArray.from_arrays(children, fields=list(target), mask=mask)
-    if pa.types.is_list(target) or pa.types.is_large_list(target):
-        values = conform(array.values, target.value_type)
-        mask = array.is_null() if array.null_count else None
-        return type(array).from_arrays(array.offsets, values, type=target, mask=mask)
-    if pa.types.is_fixed_size_list(target):
-        values = conform(array.values, target.value_type)
-        sliced = values.slice(array.offset * target.list_size, len(array) * target.list_size)
-        return pa.FixedSizeListArray.from_arrays(sliced, type=target,
-                                                 mask=array.is_null() if array.null_count else None)
-    return array
-
-
 def type_signature(t: pa.DataType) -> str:
     """A canonical text form of a type: extension names, their metadata and storage, field names,
     nullability and field metadata. Two types with equal signatures serialize identically, whichever
