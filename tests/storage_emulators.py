@@ -4,7 +4,7 @@ The pipeline opens every URL with `fsspec.core.url_to_fs(uri)` and no storage op
 emulators are wired in the way a deployment would configure real credentials: environment
 variables (`STORAGE_EMULATOR_HOST`, `AWS_*`) plus fsspec's global config (`fsspec.config.conf`),
 which fsspec applies to every filesystem it constructs. Both servers listen on 127.0.0.1 on a
-free port and live for the test session.
+free port and live for one test module.
 """
 
 from __future__ import annotations

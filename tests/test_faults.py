@@ -151,3 +151,25 @@ def test_templates_leaving_the_root_are_refused_before_any_read(tmp_path):
         out = tmp_path / f"out{abs(hash(template))}"
         assert run_import(root, out) == 1
         assert read_errors(out)[0]["rule"] == "path_template", template
+
+
+def test_an_unexpected_bug_fails_one_episodes_file_not_the_run(tmp_path, monkeypatch):
+    """The safety net: an exception no rule foresaw fails its element as rule `internal`; the rest imports."""
+    root = write_dataset(tmp_path / "ds", DatasetSpec(lengths=(3, 4, 5, 2), episodes_per_meta_file=2))
+    real = sink.part_table
+
+    def buggy(info, rows, *args, **kwargs):
+        if rows[0].episode_index == 2:
+            raise RuntimeError("simulated bug")
+        return real(info, rows, *args, **kwargs)
+
+    monkeypatch.setattr(sink, "part_table", buggy)
+    out = tmp_path / "out"
+    assert run_import(root, out) == 1
+    errors = read_errors(out)
+    internal = [e for e in errors if e["rule"] == "internal"]
+    assert internal and internal[0]["episodes_file"] == "meta/episodes/chunk-000/file-001.parquet"
+    assert "simulated bug" in internal[0]["message"]
+    assert {e["episode_index"] for e in errors if e["rule"] == "file_failed"} == {2, 3}
+    assert (out / "episodes" / "chunk-000" / "file-000.parquet").exists()
+    assert not (out / "episodes" / "chunk-000" / "file-001.parquet").exists()

@@ -38,6 +38,7 @@ RULES: dict[str, str] = {
     "timestamps": "an episode's timestamps are NaN or go backwards, or a clip ends before it starts",
     "language": "a language annotation breaks a rule of the language columns",
     "file_failed": "the episode itself is fine, but its episodes file failed for another episode's error",
+    "internal": "the importer met an unexpected error (a bug): the element failed, the run went on",
     "accounting": "episodes read do not equal episodes written plus episodes failed",
     "io": "reading or writing storage failed",
 }

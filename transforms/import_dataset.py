@@ -18,7 +18,7 @@ from __future__ import annotations
 import json
 import logging
 from collections import OrderedDict
-from typing import Iterable, Iterator
+from typing import Iterable, Iterator, Optional
 
 import apache_beam as beam
 from apache_beam.metrics import Metrics
@@ -313,6 +313,41 @@ class FinishDataset(beam.DoFn):
         yield doc
 
 
+# The safety net: an unexpected exception (a bug, or a library failing in a way no rule foresaw) fails
+# the one element as rule `internal` and the run goes on; every expected failure is a rule already.
+# (Beam's DirectRunner runs pipelines with this guard on the FnApiRunner, never on Prism.)
+_GUARD = dict(dead_letter_tag="bad")  # the main output keeps its name (`good` when it has none)
+
+
+def _bug(exc_info, *, dataset: str, episodes_file: Optional[str], file: Optional[str] = None,
+         episode_index: Optional[int] = None) -> FailureRecord:
+    _, text, _ = exc_info
+    return FailureRecord(dataset, episodes_file, episode_index, file, "internal",
+                         f"[internal] unexpected error, please report it: {text}")
+
+
+def _plan_bug(bad) -> FileOutcome:
+    (root, rel), exc_info = bad
+    _LOG.error("planning %s of %s failed unexpectedly: %s", rel, root, exc_info[1])
+    return FileOutcome(root, rel, "failed", failures=(_bug(exc_info, dataset=root, episodes_file=rel, file=rel),))
+
+
+def _video_file_bug(bad) -> Iterator:
+    ((root, rel), uses), exc_info = bad
+    _LOG.error("reading video file %s of %s failed unexpectedly: %s", rel, root, exc_info[1])
+    for key, _, episode in uses:
+        yield key, ("failure", _bug(exc_info, dataset=root, episodes_file=key[1], file=rel, episode_index=episode))
+
+
+def _part_bug(bad) -> tuple:
+    ((root, rel, part), messages), exc_info = bad
+    _LOG.error("writing part %d of %s of %s failed unexpectedly: %s", part, rel, root, exc_info[1])
+    header = next((m[1] for m in messages if m[0] == "plan"), None)
+    episodes = tuple(r.episode_index for r in header.rows) if header else ()
+    return (root, rel), PartResult(root, rel, part, header.num_parts if header else 1, episodes,
+                                   failures=(_bug(exc_info, dataset=root, episodes_file=rel),))
+
+
 class ImportLeRobotDatasets(beam.PTransform):
     """Import LeRobot v3 datasets (a PCollection of root URIs) into `config`'s outputs.
 
@@ -332,27 +367,30 @@ class ImportLeRobotDatasets(beam.PTransform):
         planned = (listed.files
                    | "SpreadEpisodesFiles" >> beam.Reshuffle()
                    | "PlanEpisodesFiles" >> beam.ParDo(PlanEpisodesFile(config)).with_outputs(
-                       "work", "outcomes", main="headers"))
+                       "work", "outcomes", main="headers").with_exception_handling(**_GUARD))
         video_files = (planned.work
                        | "ByVideoFile" >> beam.FlatMap(_video_refs)
                        | "GroupByVideoFile" >> beam.GroupByKey()
                        | "ReadVideoFiles" >> beam.ParDo(ReadVideoFiles(config)).with_outputs(
-                           "index_rows", main="facts"))
+                           "index_rows", main="facts").with_exception_handling(**_GUARD))
         media_index_files = (video_files.index_rows
                              | "WriteMediaIndex" >> media_files.WriteMediaIndex(config))
         duplicates = (planned.work
                       | "ByEpisodeIndex" >> beam.Map(lambda w: ((w.part_key[0], w.row.episode_index), w.part_key[1]))
                       | "GroupByEpisodeIndex" >> beam.GroupByKey()
                       | "FindDuplicateEpisodes" >> beam.FlatMap(_duplicate_episodes))
-        parts = ((planned.headers, video_files.facts)
+        video_failures = video_files.bad | "VideoFileBugs" >> beam.FlatMap(_video_file_bug)
+        parts = ((planned.headers, video_files.facts, video_failures)
                  | "AllPartMessages" >> beam.Flatten()
                  | "GroupByPart" >> beam.GroupByKey()
-                 | "WriteParts" >> beam.ParDo(WritePart(config)))
-        committed = ((parts, duplicates)
+                 | "WriteParts" >> beam.ParDo(WritePart(config)).with_exception_handling(**_GUARD))
+        part_failures = parts.bad | "PartBugs" >> beam.Map(_part_bug)
+        committed = ((parts.good, part_failures, duplicates)
                      | "PartsAndDuplicates" >> beam.Flatten()
                      | "GroupByEpisodesFile" >> beam.GroupByKey()
                      | "CommitEpisodesFiles" >> beam.ParDo(CommitEpisodesFile(config)))
-        outcomes = ((listed.outcomes, planned.outcomes, committed)
+        plan_failures = planned.bad | "PlanBugs" >> beam.Map(_plan_bug)
+        outcomes = ((listed.outcomes, planned.outcomes, plan_failures, committed)
                     | "AllOutcomes" >> beam.Flatten()
                     | "ByDatasetOutcome" >> beam.Map(lambda o: (o.dataset, o)))
         return ((outcomes, media_index_files)
