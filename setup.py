@@ -29,6 +29,10 @@ setup(
             "hypothesis>=6",
             "av>=14",
             "spiral-sdk==0.16.56",
+            # storage emulators for the gs:// and s3:// round trips (loopback, in-process)
+            "gcp-storage-emulator>=2026.7.19",
+            "moto[server]>=5,<6",
+            "s3fs>=2024.2",
         ],
     },
     entry_points={"console_scripts": ["lerobot-import=pipelines.import_lerobot:main"]},
