@@ -186,7 +186,12 @@ def _tasks_column(table: pa.Table, file: str) -> list[tuple[str, ...]]:
     if not (pa.types.is_list(col.type) or pa.types.is_large_list(col.type)) or not (
             pa.types.is_string(col.type.value_type) or pa.types.is_large_string(col.type.value_type)):
         raise LeRobotImportError("episodes_file", f"column `tasks` is {col.type}, not a list of strings", file=file)
-    values = col.to_pylist()
+    try:
+        col.validate(full=True)
+        values = col.to_pylist()
+    except (pa.ArrowInvalid, UnicodeDecodeError) as ex:
+        raise LeRobotImportError("episodes_file", f"column `tasks` holds a string that is not UTF-8: {ex}",
+                                 file=file) from None
     for i, tasks in enumerate(values):
         if tasks is None or any(t is None for t in tasks):
             raise LeRobotImportError("episodes_file", f"row {i}: `tasks` holds a null", file=file)

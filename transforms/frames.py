@@ -101,7 +101,7 @@ def _validate_timeline(timestamps: pa.Array, *, episode_index: int, file: str) -
         frames = np.flatnonzero(valid)
         i = int(frames[back[0] + 1])
         raise LeRobotImportError("timestamps", f"episode {episode_index}: timestamp goes backwards at frame {i} "
-                                 f"({present[back[0] + 1]!r} after {present[back[0]]!r})",
+                                 f"({float(present[back[0] + 1])!r} after {float(present[back[0]])!r})",
                                  episode_index=episode_index, file=file)
 
 
@@ -135,7 +135,12 @@ def convert_column(column: pa.Array, feature: Feature) -> pa.Array:
     if kind == "bool":
         return _safe_cast(_unwrap_scalar_list(column, feature), pa.bool_(), feature)
     if kind == "string":
-        return _safe_cast(_unwrap_scalar_list(column, feature), pa.utf8(), feature)
+        strings = _safe_cast(_unwrap_scalar_list(column, feature), pa.utf8(), feature)
+        try:
+            strings.validate(full=True)  # Parquet strings are not checked for UTF-8 when read
+        except pa.ArrowInvalid as ex:
+            _fail_cast(feature, column.type, pa.utf8(), f"{ex} (strings must be UTF-8)")
+        return strings
     if kind == "image":
         return _image(column, feature)
     if kind == "language":
@@ -277,7 +282,7 @@ def frames_list(frames: Sequence[pa.StructArray], frame_type: pa.StructType) -> 
     """Per-episode frame arrays -> the `frames` column (one list per episode)."""
     lengths = np.fromiter((len(f) for f in frames), np.int64, len(frames))
     offsets = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int32)
-    values = pa.concat_arrays(list(frames)) if frames else pa.array([], frame_type)
+    values = pa.concat_arrays(list(frames)) if frames else pa.nulls(0, frame_type)
     list_type = pa.list_(pa.field("item", frame_type, nullable=False))
     return pa.ListArray.from_arrays(pa.array(offsets), values, type=list_type)
 

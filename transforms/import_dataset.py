@@ -28,7 +28,7 @@ from transforms import media_files
 from transforms.dataset_info import INDEXED_CODECS
 from transforms.errors import FailureRecord, LeRobotImportError
 from transforms.import_plan import (EpisodeWork, FileOutcome, ImportConfig, PartHeader, PartResult,
-                                    episodes_file_uris, error_record, failure_rows_for_file, load_info,
+                                    episodes_file_uris, error_record, failed_file, load_info,
                                     output_part_path)
 
 _LOG = logging.getLogger(__name__)
@@ -55,7 +55,7 @@ class ListEpisodesFiles(beam.DoFn):
                                      file="meta/episodes") if not uris else None
         if err is not None:
             rec = error_record(err, dataset=root, episodes_file=None)
-            yield beam.pvalue.TaggedOutput("outcomes", FileOutcome(root, "meta/episodes", "failed", failures=(rec,)))
+            yield beam.pvalue.TaggedOutput("outcomes", failed_file(root, "meta/episodes", (), [rec]))
         for uri in uris:
             yield root, storage.relative_to(root, uri)
 
@@ -78,10 +78,9 @@ class PlanEpisodesFile(beam.DoFn):
                 limit=self._config.data_span_limit, in_parts=self._config.read_in_parts, file=rel)
         except LeRobotImportError as ex:
             episodes = episodes_metadata.episode_indices(raw) if raw is not None else ()
-            failures = failure_rows_for_file(root, rel, episodes, [error_record(ex, dataset=root, episodes_file=rel)])
-            _counter("errors").inc(len(failures))
-            yield beam.pvalue.TaggedOutput("outcomes", FileOutcome(root, rel, "failed", episodes=len(episodes),
-                                                                   failures=failures))
+            outcome = failed_file(root, rel, episodes, [error_record(ex, dataset=root, episodes_file=rel)])
+            _counter("errors").inc(len(outcome.failures))
+            yield beam.pvalue.TaggedOutput("outcomes", outcome)
             return
         by_position = {r.position: r for r in rows}
         codecs = tuple(f.video_codec for f in info.video_features)
@@ -329,7 +328,7 @@ def _bug(exc_info, *, dataset: str, episodes_file: Optional[str], file: Optional
 def _plan_bug(bad) -> FileOutcome:
     (root, rel), exc_info = bad
     _LOG.error("planning %s of %s failed unexpectedly: %s", rel, root, exc_info[1])
-    return FileOutcome(root, rel, "failed", failures=(_bug(exc_info, dataset=root, episodes_file=rel, file=rel),))
+    return failed_file(root, rel, (), [_bug(exc_info, dataset=root, episodes_file=rel, file=rel)])
 
 
 def _video_file_bug(bad) -> Iterator:

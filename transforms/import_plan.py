@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-from typing import Optional
+from collections import Counter
+from typing import Optional, Sequence
 
 from transforms import storage
 from transforms.dataset_info import EPISODES_DIR, INFO_PATH, DatasetInfo, parse_info
@@ -46,7 +47,13 @@ class ImportConfig:
 
 @functools.lru_cache(maxsize=64)
 def _load_info_cached(root: str, skip_videos: bool) -> DatasetInfo:
-    raw = storage.read_bytes(storage.dataset_file(root, INFO_PATH), what="info file", file=INFO_PATH)
+    try:
+        raw = storage.read_bytes(storage.dataset_file(root, INFO_PATH), what="info file", file=INFO_PATH)
+    except LeRobotImportError as ex:
+        if ex.rule != "file_missing":
+            raise
+        raise LeRobotImportError("info_json", f"meta/info.json does not exist under {root}: is this the root of "
+                                 "a LeRobot v3 dataset?", file=INFO_PATH) from None
     info = parse_info(raw)
     return info.without_videos() if skip_videos else info
 
@@ -101,8 +108,9 @@ class FileOutcome:
     episodes_file: str
     status: str  # "imported" | "failed"
     parts: tuple[str, ...] = ()  # output paths relative to the output root
-    episodes: int = 0  # episodes read from the episodes file
+    episodes: int = 0  # episodes (rows) read from the episodes file
     episodes_written: int = 0
+    episodes_failed: int = 0  # rows of a failed file that errors.jsonl lists
     frames: int = 0
     bytes: int = 0
     data_bytes: int = 0
@@ -124,21 +132,27 @@ def output_part_path(episodes_file: str, part: int, num_parts: int) -> str:
     return "episodes/" + rel
 
 
-def failure_rows_for_file(dataset: str, episodes_file: str, episode_indices: tuple[int, ...],
-                          failures: list[FailureRecord]) -> tuple[FailureRecord, ...]:
-    """errors.jsonl rows of a failed episodes file: each failure found, and one row for every other
-    episode of the file saying why it was not imported, so episodes read = written + listed."""
+def failed_file(dataset: str, episodes_file: str, episode_indices: Sequence[int],
+                failures: Sequence[FailureRecord]) -> FileOutcome:
+    """The outcome of a failed episodes file. errors.jsonl gets each failure found and, for every other
+    row of the file (a duplicated episode_index counts once per row), a `file_failed` row saying why
+    it was not imported, so episodes read = episodes written + episodes listed."""
     out = {f.sort_key(): f for f in failures}
-    named = {f.episode_index for f in failures if f.episode_index is not None}
-    if failures:
-        first = sorted(failures, key=FailureRecord.sort_key)[0]
-        for ep in episode_indices:
-            if ep not in named:
-                rec = FailureRecord(dataset=dataset, episodes_file=episodes_file, episode_index=ep, file=first.file,
-                                    rule="file_failed",
-                                    message=f"not imported because its episodes file failed: {first.message}")
-                out[rec.sort_key()] = rec
-    return tuple(out[k] for k in sorted(out))
+    named = Counter(f.episode_index for f in out.values() if f.episode_index is not None)
+    rows = Counter(episode_indices)
+    first = sorted(out.values(), key=FailureRecord.sort_key)[0] if out else None
+    for ep, count in rows.items():
+        for k in range(named.get(ep, 0), count):
+            occurrence = f" (row {k + 1} of {count} with this episode_index)" if count > 1 else ""
+            rec = FailureRecord(dataset=dataset, episodes_file=episodes_file, episode_index=ep,
+                                file=first.file if first else None, rule="file_failed",
+                                message=f"not imported{occurrence} because its episodes file failed: "
+                                        f"{first.message if first else 'unknown reason'}")
+            out[rec.sort_key()] = rec
+    listed = Counter(f.episode_index for f in out.values() if f.episode_index is not None)
+    return FileOutcome(dataset=dataset, episodes_file=episodes_file, status="failed", episodes=len(episode_indices),
+                       episodes_failed=sum(min(listed[ep], n) for ep, n in rows.items()),
+                       failures=tuple(out[k] for k in sorted(out)))
 
 
 def error_record(ex: LeRobotImportError, *, dataset: str, episodes_file: Optional[str]) -> FailureRecord:

@@ -231,7 +231,7 @@ def _edit_list(buf: bytes, trak: _Box, file: str) -> Optional[dict[str, np.ndarr
             "rate": entries["rate"].astype(np.int32)}
 
 
-def _sample_sizes(buf: bytes, stbl: _Box, file: str, track: str) -> np.ndarray:
+def _sample_sizes(buf: bytes, stbl: _Box, file: str, track: str, file_size: Optional[int]) -> np.ndarray:
     """Per-sample sizes (u32) from stsz (constant size expanded) or stz2 (4/8/16-bit entries)."""
     stsz = _child(buf, stbl, b"stsz", file)
     if stsz is not None:
@@ -239,6 +239,11 @@ def _sample_sizes(buf: bytes, stbl: _Box, file: str, track: str) -> np.ndarray:
         constant, count = struct.unpack_from(">II", buf, pos)
         if count > MAX_SAMPLES:
             raise _error(file, f"{track} declares {count} samples, more than the {MAX_SAMPLES} indexed per track")
+        if constant and file_size is not None and constant * count > file_size:
+            # A constant size is the one count not bounded by its box: bound it by the file, before
+            # anything per-sample is allocated (a 20-byte stsz could otherwise declare 16M samples).
+            raise _error(file, f"{track} declares {count} samples of {constant} bytes, more than the file's "
+                               f"{file_size} bytes")
         if constant:
             return np.full(count, constant, dtype=np.uint32)
         return _table(buf, stsz, pos + 8, count, _U32, file, "sample sizes").astype(np.uint32)
@@ -320,14 +325,15 @@ def _rle(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return counts.astype(np.uint32), values[starts]
 
 
-def _track(buf: bytes, boxes: _TrackBoxes, movie_timescale: int, file: str) -> dict[str, Any]:
+def _track(buf: bytes, boxes: _TrackBoxes, movie_timescale: int, file: str,
+           file_size: Optional[int] = None) -> dict[str, Any]:
     """One MediaTrack (mapping §5), every table vectorised."""
     track = f"track {boxes.track_id}"
     width, height = _tkhd_size(buf, boxes.tkhd, file)
     timescale, duration, language = _mdhd(buf, boxes.mdhd, file)
     stbl = boxes.stbl
 
-    sizes = _sample_sizes(buf, stbl, file, track)
+    sizes = _sample_sizes(buf, stbl, file, track, file_size)
     n = len(sizes)
     if n == 0:
         raise _error(file, f"video track {boxes.track_id} contains no samples")
@@ -418,14 +424,14 @@ def _track(buf: bytes, boxes: _TrackBoxes, movie_timescale: int, file: str) -> d
     }
 
 
-def parse_media_index(moov: bytes, *, file: str) -> dict[str, Any]:
+def parse_media_index(moov: bytes, *, file: str, file_size: Optional[int] = None) -> dict[str, Any]:
     """The MediaIndex of the file whose whole `moov` box (header included) is `moov`.
 
     Raises LeRobotImportError: mp4_structure for malformed or fragmented moov, mp4_track when no
     track is H.264 (avc1), H.265 (hvc1/hev1) or AV1 (av01) video.
     """
     try:
-        return _parse(moov, file)
+        return _parse(moov, file, file_size)
     except LeRobotImportError:
         raise
     except (struct.error, ValueError, IndexError, OverflowError, TypeError, MemoryError) as ex:
@@ -433,7 +439,7 @@ def parse_media_index(moov: bytes, *, file: str) -> dict[str, Any]:
         raise _error(file, f"malformed moov (internal: {type(ex).__name__}: {ex})") from None
 
 
-def _parse(moov: bytes, file: str) -> dict[str, Any]:
+def _parse(moov: bytes, file: str, file_size: Optional[int] = None) -> dict[str, Any]:
     buf = moov
     top = parse_box_header(buf, 0, len(buf), file=file)
     if top.type != b"moov":
@@ -459,7 +465,7 @@ def _parse(moov: bytes, file: str) -> dict[str, Any]:
         by_id[t.track_id] = t
     ids = sorted(by_id)
     order = [ids[-1]] + ids[:-1]
-    tracks = [_track(buf, by_id[i], movie_timescale, file) for i in order]
+    tracks = [_track(buf, by_id[i], movie_timescale, file, file_size) for i in order]
     return {"primary_track_id": ids[-1], "tracks": tracks}
 
 
@@ -554,7 +560,7 @@ class MediaIndexResult:
 def read_media_index_from(src: RangeSource, *, uri: str) -> MediaIndexResult:
     """Locate and parse moov of any range source (see `mp4_boxes.RangeSource`)."""
     moov = read_moov(src, file=uri)
-    index = parse_media_index(moov.data, file=uri)
+    index = parse_media_index(moov.data, file=uri, file_size=moov.file_size)
     stats = getattr(src, "stats", None) or ReadStats()
     return MediaIndexResult(index=media_index_array(index), size=moov.file_size, moov_size=moov.size, stats=stats)
 

@@ -20,7 +20,7 @@ from transforms import episode_type, frames as frames_lib, storage, videos as vi
 from transforms.dataset_info import DatasetInfo
 from transforms.episodes_metadata import EpisodeRow
 from transforms.errors import FailureRecord
-from transforms.import_plan import FileOutcome, PartResult, output_part_path
+from transforms.import_plan import FileOutcome, PartResult, failed_file, output_part_path
 
 TOOL_NAME = "lerobot-beam-import"
 TOOL_VERSION = "0.1.0"
@@ -88,10 +88,7 @@ def commit_episodes_file(out_root: str, dataset: str, episodes_file: str, result
                 storage.remove(r.tmp_uri)
         for uri in stale_outputs(out_root, episodes_file, keep=()):
             storage.remove(uri)
-        from transforms.import_plan import failure_rows_for_file
-        return FileOutcome(dataset=dataset, episodes_file=episodes_file, status="failed",
-                           episodes=len(episode_indices),
-                           failures=failure_rows_for_file(dataset, episodes_file, episode_indices, failures))
+        return failed_file(dataset, episodes_file, episode_indices, failures)
     for r, path in zip(results, paths):
         storage.commit(r.tmp_uri, storage.join(out_root, path))
     for uri in stale_outputs(out_root, episodes_file, keep=paths) + leftover_tmps(out_root, episodes_file):
@@ -118,11 +115,11 @@ def manifest(dataset: str, info_sha256: Optional[str], outcomes: Sequence[FileOu
     for o in sorted(outcomes, key=lambda o: o.episodes_file):
         files[o.episodes_file] = {
             "status": o.status, "parts": list(o.parts), "episodes": o.episodes,
-            "episodes_written": o.episodes_written, "frames": o.frames, "bytes": o.bytes,
+            "episodes_written": o.episodes_written, "episodes_failed": o.episodes_failed,
+            "frames": o.frames, "bytes": o.bytes,
             "data_bytes": o.data_bytes, "failures": len(o.failures), "notes": list(o.notes),
         }
-    failed_episodes = sum(len({f.episode_index for f in o.failures if f.episode_index is not None})
-                          for o in outcomes if o.status == "failed")
+    failed_episodes = sum(o.episodes_failed for o in outcomes if o.status == "failed")
     totals = {
         "episodes_files": len(outcomes),
         "episodes_files_imported": sum(o.status == "imported" for o in outcomes),
