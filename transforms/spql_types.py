@@ -10,6 +10,7 @@ implementations agree on it.
 
 from __future__ import annotations
 
+import functools
 import json
 from typing import ClassVar
 
@@ -21,24 +22,54 @@ def _meta(order: str, eq: str, **params: str) -> bytes:
 
 
 class SpqlExtensionType(pa.ExtensionType):
-    """An spql type: fixed storage, metadata = its bridges as compact sorted JSON."""
+    """An spql type: fixed storage, metadata = its bridges as compact sorted JSON.
+
+    Types are immutable, so each class has one shared instance (`instance()`): pyarrow deserializes
+    a type for every array it reads or writes, and rebuilding the nested storage each time was a
+    measurable share of an import."""
 
     type_id: ClassVar[str]
     bridges: ClassVar[tuple[str, str]] = ("none", "identity")  # (order, eq)
+    _shared: ClassVar[dict] = {}
 
     def __init__(self) -> None:
-        pa.ExtensionType.__init__(self, self.storage(), self.type_id)
+        pa.ExtensionType.__init__(self, self._cached_storage(), self.type_id)
 
     @classmethod
     def storage(cls) -> pa.DataType:
         raise NotImplementedError
 
+    @classmethod
+    def _cached_storage(cls) -> pa.DataType:
+        key = ("storage", cls)
+        if key not in SpqlExtensionType._shared:
+            SpqlExtensionType._shared[key] = cls.storage()
+        return SpqlExtensionType._shared[key]
+
+    @classmethod
+    def instance(cls) -> "SpqlExtensionType":
+        key = ("instance", cls)
+        if key not in SpqlExtensionType._shared:
+            SpqlExtensionType._shared[key] = cls()
+        return SpqlExtensionType._shared[key]
+
     def __arrow_ext_serialize__(self) -> bytes:
-        return _meta(*self.bridges)
+        return self._serialized()
+
+    @classmethod
+    def _serialized(cls) -> bytes:
+        key = ("meta", cls)
+        if key not in SpqlExtensionType._shared:
+            SpqlExtensionType._shared[key] = cls._metadata()
+        return SpqlExtensionType._shared[key]
+
+    @classmethod
+    def _metadata(cls) -> bytes:
+        return _meta(*cls.bridges)
 
     @classmethod
     def __arrow_ext_deserialize__(cls, storage_type: pa.DataType, serialized: bytes) -> "SpqlExtensionType":
-        return cls()
+        return cls.instance()
 
     def __reduce__(self):
         return type(self), ()
@@ -69,11 +100,12 @@ class EncodedImageType(SpqlExtensionType):
     @classmethod
     def storage(cls) -> pa.DataType:
         return pa.struct([
-            _f("source", BlobType()), _f("format", pa.utf8()), _f("mime_type", pa.utf8()),
+            _f("source", BlobType.instance()), _f("format", pa.utf8()), _f("mime_type", pa.utf8()),
             _f("width", pa.uint32()), _f("height", pa.uint32()),
         ])
 
 
+@functools.lru_cache(maxsize=None)
 def media_track_type() -> pa.StructType:
     """`spql.media.index.MediaTrack`: a plain struct, one per indexed video track."""
     u32, i64 = pa.uint32(), pa.int64()
@@ -108,7 +140,8 @@ class EncodedMediaType(SpqlExtensionType):
 
     @classmethod
     def storage(cls) -> pa.DataType:
-        return pa.struct([_f("source", BlobType()), _f("container", pa.utf8()), _f("index", MediaIndexType())])
+        return pa.struct([_f("source", BlobType.instance()), _f("container", pa.utf8()),
+                          _f("index", MediaIndexType.instance())])
 
 
 class DurationType(SpqlExtensionType):
@@ -121,8 +154,9 @@ class DurationType(SpqlExtensionType):
     def storage(cls) -> pa.DataType:
         return pa.duration("ns")
 
-    def __arrow_ext_serialize__(self) -> bytes:
-        return _meta(*self.bridges, unit="ns")
+    @classmethod
+    def _metadata(cls) -> bytes:
+        return _meta(*cls.bridges, unit="ns")
 
 
 class ClipRefType(SpqlExtensionType):
@@ -131,10 +165,10 @@ class ClipRefType(SpqlExtensionType):
     @classmethod
     def storage(cls) -> pa.DataType:
         return pa.struct([
-            _f("media", EncodedMediaType()), _f("stream_indices", _list(pa.int32())),
+            _f("media", EncodedMediaType.instance()), _f("stream_indices", _list(pa.int32())),
             # The reference writes start/end as spql.Duration, not the plain duration("ns") of
             # spiral/types.py: the reference wins (mapping §0).
-            _f("start", DurationType()), _f("end", DurationType()),
+            _f("start", DurationType.instance()), _f("end", DurationType.instance()),
         ])
 
 
@@ -147,7 +181,7 @@ def register() -> None:
     """Register every spql type with pyarrow once; keep a registration made by spiral-sdk."""
     for cls in ALL_TYPES:
         try:
-            pa.register_extension_type(cls())
+            pa.register_extension_type(cls.instance())
         except pa.ArrowKeyError:
             pass  # already registered (by us, or by spiral.types under the same name)
 
@@ -156,27 +190,27 @@ register()
 
 
 def blob() -> pa.DataType:
-    return BlobType()
+    return BlobType.instance()
 
 
 def encoded_image() -> pa.DataType:
-    return EncodedImageType()
+    return EncodedImageType.instance()
 
 
 def media_index() -> pa.DataType:
-    return MediaIndexType()
+    return MediaIndexType.instance()
 
 
 def encoded_media() -> pa.DataType:
-    return EncodedMediaType()
+    return EncodedMediaType.instance()
 
 
 def clip_ref() -> pa.DataType:
-    return ClipRefType()
+    return ClipRefType.instance()
 
 
 def duration() -> pa.DataType:
-    return DurationType()
+    return DurationType.instance()
 
 
 def null_media_index(n: int) -> pa.Array:
@@ -189,7 +223,7 @@ def null_media_index(n: int) -> pa.Array:
                 pa.ListArray.from_arrays(pa.array(np.zeros(n + 1, np.int32)), pa.array([], track_list.value_type),
                                          type=track_list)]
     storage = pa.StructArray.from_arrays(children, fields=list(storage_type), mask=pa.array(np.ones(n, bool)))
-    return pa.ExtensionArray.from_storage(MediaIndexType(), storage)
+    return pa.ExtensionArray.from_storage(MediaIndexType.instance(), storage)
 
 
 def type_signature(t: pa.DataType) -> str:
