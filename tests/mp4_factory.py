@@ -289,13 +289,10 @@ def moov_bytes(data: bytes) -> bytes:
 # A tiny LeRobot v3 dataset around MP4s, and the oracle
 # ------------------------------------------------------------------------------------------------
 
-DEFAULT_FEATURES = {
-    "timestamp": {"dtype": "float32", "shape": [1], "names": None},
-    "frame_index": {"dtype": "int64", "shape": [1], "names": None},
-    "episode_index": {"dtype": "int64", "shape": [1], "names": None},
-    "index": {"dtype": "int64", "shape": [1], "names": None},
-    "task_index": {"dtype": "int64", "shape": [1], "names": None},
-}
+try:  # the 5 default columns, as the dataset factory writes them
+    from tests.dataset_factory import DEFAULTS as DEFAULT_FEATURES
+except ImportError:  # imported with tests/ itself on sys.path (the bench scripts)
+    from dataset_factory import DEFAULTS as DEFAULT_FEATURES  # type: ignore[no-redef]
 #: LeRobot's `video.codec` label per encoder family.
 CODEC_LABEL = {"libx264": "h264", "h264": "h264", "libx265": "hevc", "hevc": "hevc", "libsvtav1": "av1", "av1": "av1"}
 

@@ -93,9 +93,9 @@ def read_episode_rows(raw: pa.Table | bytes, info: DatasetInfo, *, file: str) ->
         if missing:
             raise LeRobotImportError("episodes_file", f"the episodes file has no `{missing[0]}` column", file=file)
 
-    ints = {c: _int_column(table, c, file) for c in needed
+    ints = {c: _numeric_column(table, c, file, pa.int64()) for c in needed
             if c.endswith(("_index", "length")) or c in ("dataset_from_index", "dataset_to_index")}
-    floats = {c: _float_column(table, c, file) for c in needed if c.endswith("_timestamp")}
+    floats = {c: _numeric_column(table, c, file, pa.float64()) for c in needed if c.endswith("_timestamp")}
     tasks = _tasks_column(table, file)
 
     rows = []
@@ -158,26 +158,16 @@ def episode_indices(raw: bytes) -> tuple[int, ...]:
         return ()
 
 
-def _int_column(table: pa.Table, name: str, file: str) -> np.ndarray:
-    """An integer column; like the reference, any column that casts to int64 without loss is accepted."""
+def _numeric_column(table: pa.Table, name: str, file: str, target: pa.DataType) -> np.ndarray:
+    """A non-null column as `target`; like the reference, any column that casts without loss is accepted
+    (pandas-written files hold floats or even strings here)."""
     col = table.column(name)
     if col.null_count:
         raise LeRobotImportError("episodes_file", f"column `{name}` holds nulls", file=file)
     try:
-        return col.cast(pa.int64(), safe=True).to_numpy()
+        return col.cast(target, safe=True).to_numpy()
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError) as ex:
-        raise LeRobotImportError("episodes_file", f"column `{name}` ({col.type}) does not convert to int64: "
-                                 f"{str(ex).splitlines()[0]}", file=file) from None
-
-
-def _float_column(table: pa.Table, name: str, file: str) -> np.ndarray:
-    col = table.column(name)
-    if col.null_count:
-        raise LeRobotImportError("episodes_file", f"column `{name}` holds nulls", file=file)
-    try:
-        return col.cast(pa.float64(), safe=True).to_numpy()
-    except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError) as ex:
-        raise LeRobotImportError("episodes_file", f"column `{name}` ({col.type}) does not convert to float64: "
+        raise LeRobotImportError("episodes_file", f"column `{name}` ({col.type}) does not convert to {target}: "
                                  f"{str(ex).splitlines()[0]}", file=file) from None
 
 

@@ -27,7 +27,7 @@ from transforms import data_files, dataset_fingerprint, episodes_metadata, sink,
 from transforms import media_files
 from transforms.dataset_info import INDEXED_CODECS
 from transforms.errors import FailureRecord, LeRobotImportError
-from transforms.import_plan import (EpisodeWork, FileOutcome, ImportConfig, PartHeader, PartResult,
+from transforms.import_plan import (FileOutcome, ImportConfig, PartHeader, PartResult,
                                     episodes_file_uris, error_record, failed_file, load_info,
                                     output_part_path)
 
@@ -61,7 +61,10 @@ class ListEpisodesFiles(beam.DoFn):
 
 
 class PlanEpisodesFile(beam.DoFn):
-    """(root, episodes file) -> part headers (main), episode work items ("work"), or a failed outcome."""
+    """(root, episodes file) -> part headers (main), the MP4s each part uses ("video_uses"), the
+    episode ids for the dataset-wide duplicate check ("episode_ids"), or a failed outcome.
+
+    Per episode only a few small tuples leave this step; the full rows travel once, in the part's header."""
 
     def __init__(self, config: ImportConfig) -> None:
         self._config = config
@@ -88,13 +91,13 @@ class PlanEpisodesFile(beam.DoFn):
             key = (root, rel, plan.part)
             part_rows = tuple(by_position[p] for p in plan.positions)
             yield key, ("plan", PartHeader(root, rel, plan, len(parts), part_rows))
+            uses: dict[str, tuple] = {}
             for row in part_rows:
-                yield beam.pvalue.TaggedOutput("work", EpisodeWork(key, row, codecs))
-
-
-def _video_refs(work: EpisodeWork) -> Iterator:
-    for video, codec in zip(work.row.videos, work.video_codecs):
-        yield (work.part_key[0], video.file), (work.part_key, codec, work.row.episode_index)
+                yield beam.pvalue.TaggedOutput("episode_ids", ((root, row.episode_index), rel))
+                for video, codec in zip(row.videos, codecs):
+                    uses.setdefault(video.file, (key, codec, row.episode_index))
+            for file, use in uses.items():  # one use per (MP4, part), naming the part's first episode in it
+                yield beam.pvalue.TaggedOutput("video_uses", ((root, file), use))
 
 
 class ReadVideoFiles(beam.DoFn):
@@ -366,16 +369,14 @@ class ImportLeRobotDatasets(beam.PTransform):
         planned = (listed.files
                    | "SpreadEpisodesFiles" >> beam.Reshuffle()
                    | "PlanEpisodesFiles" >> beam.ParDo(PlanEpisodesFile(config)).with_outputs(
-                       "work", "outcomes", main="headers").with_exception_handling(**_GUARD))
-        video_files = (planned.work
-                       | "ByVideoFile" >> beam.FlatMap(_video_refs)
+                       "video_uses", "episode_ids", "outcomes", main="headers").with_exception_handling(**_GUARD))
+        video_files = (planned.video_uses
                        | "GroupByVideoFile" >> beam.GroupByKey()
                        | "ReadVideoFiles" >> beam.ParDo(ReadVideoFiles(config)).with_outputs(
                            "index_rows", main="facts").with_exception_handling(**_GUARD))
         media_index_files = (video_files.index_rows
                              | "WriteMediaIndex" >> media_files.WriteMediaIndex(config))
-        duplicates = (planned.work
-                      | "ByEpisodeIndex" >> beam.Map(lambda w: ((w.part_key[0], w.row.episode_index), w.part_key[1]))
+        duplicates = (planned.episode_ids
                       | "GroupByEpisodeIndex" >> beam.GroupByKey()
                       | "FindDuplicateEpisodes" >> beam.FlatMap(_duplicate_episodes))
         video_failures = video_files.bad | "VideoFileBugs" >> beam.FlatMap(_video_file_bug)

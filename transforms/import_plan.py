@@ -75,15 +75,6 @@ class PartHeader:
 
 
 @dataclasses.dataclass(frozen=True)
-class EpisodeWork:
-    """One episode to read: which part it belongs to and where its files are."""
-
-    part_key: PartKey
-    row: EpisodeRow
-    video_codecs: tuple[Optional[str], ...]  # declared codec per camera, in row.videos order
-
-
-@dataclasses.dataclass(frozen=True)
 class PartResult:
     """A written (temporary) part, or why it could not be written."""
 
