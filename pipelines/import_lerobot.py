@@ -17,7 +17,7 @@ from typing import Optional, Sequence
 
 import apache_beam as beam
 from apache_beam.metrics.metric import MetricsFilter
-from apache_beam.options.pipeline_options import PipelineOptions, StandardOptions
+from apache_beam.options.pipeline_options import PipelineOptions
 
 from pipelines.options import ImportOptions
 from transforms import sink, storage

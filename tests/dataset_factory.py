@@ -120,7 +120,7 @@ def write_dataset(root: Path, spec: DatasetSpec = DatasetSpec(),
     video_offsets: dict[str, float] = {k: 0.0 for k in video_keys}
     for ep, length in enumerate(spec.lengths):
         data_file = ep // spec.episodes_per_data_file
-        columns, fields = {}, []
+        columns = {}
         for name, f in spec.features.items():
             if f["dtype"] == "video":
                 continue

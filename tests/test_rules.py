@@ -6,13 +6,9 @@ failed episodes file has no part; the other episodes file still imports; the man
 
 from __future__ import annotations
 
-import json
 import os
-from pathlib import Path
 
-import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 import pytest
 
 from tests.conftest import read_errors, read_manifest, run_import

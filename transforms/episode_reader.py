@@ -25,7 +25,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from transforms import spql_types, storage
+from transforms import spql_types, storage  # noqa: F401  (spql_types registers the extension types)
 from transforms.video_seek import (DEFAULT_TOLERANCE, FsspecRangeReader, RangeReader, ReaderError, TrackTables,
                                    VideoHandle)
 

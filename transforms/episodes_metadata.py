@@ -7,7 +7,7 @@ the workers read data files and MP4s.
 from __future__ import annotations
 
 import dataclasses
-from typing import Callable, Optional, Sequence
+from typing import Callable, Sequence
 
 import numpy as np
 import pyarrow as pa

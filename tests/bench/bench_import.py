@@ -23,7 +23,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 
-import pyarrow as pa  # noqa: E402
+
 import pyarrow.parquet as pq  # noqa: E402
 
 from pipelines.import_lerobot import run  # noqa: E402
