@@ -64,10 +64,12 @@ def stale_outputs(out_root: str, episodes_file: str, keep: Iterable[str]) -> lis
 
 
 def leftover_tmps(out_root: str, episodes_file: str) -> list[str]:
+    """Temporary parts of this episodes file left by attempts that died (a crash, a retried bundle)."""
     single = output_part_path(episodes_file, 0, 1)
     head, _, tail = single.rpartition("/")
     stem = tail[: -len(".parquet")]
-    return storage.glob(storage.join(out_root, f"{head}/.{stem}*{storage.TMP_MARK}*"))
+    return (storage.glob(storage.join(out_root, f"{head}/.{stem}.parquet{storage.TMP_MARK}*"))
+            + storage.glob(storage.join(out_root, f"{head}/.{stem}.part-*.parquet{storage.TMP_MARK}*")))
 
 
 def commit_episodes_file(out_root: str, dataset: str, episodes_file: str, results: Sequence[PartResult],
@@ -86,7 +88,7 @@ def commit_episodes_file(out_root: str, dataset: str, episodes_file: str, result
         for r in results:
             if r.tmp_uri:
                 storage.remove(r.tmp_uri)
-        for uri in stale_outputs(out_root, episodes_file, keep=()):
+        for uri in stale_outputs(out_root, episodes_file, keep=()) + leftover_tmps(out_root, episodes_file):
             storage.remove(uri)
         return failed_file(dataset, episodes_file, episode_indices, failures)
     for r, path in zip(results, paths):
