@@ -100,16 +100,6 @@ class DataFileReader:
             self._source = None
 
 
-def read_data_file(root: str, relative: str, info: DatasetInfo, episodes: Sequence[tuple[K, EpisodeRow]],
-                   counter: storage.ReadCounter) -> Iterator[list[tuple[K, EpisodeRow, FramesOrError]]]:
-    """Yield, batch by batch, every episode's frames (or the error that stops it), reading the file once."""
-    reader = DataFileReader(root, relative, info, counter)
-    try:
-        yield from reader.read(episodes)
-    finally:
-        reader.close()
-
-
 def _batches(planned: list, groups: _RowGroups, md) -> Iterator[list]:
     """Consecutive episodes whose row groups hold at most BATCH_BYTES (uncompressed) together."""
     batch, g_lo, g_hi, size = [], None, None, 0

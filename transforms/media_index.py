@@ -473,10 +473,6 @@ def _parse(moov: bytes, file: str, file_size: Optional[int] = None) -> dict[str,
 # Arrow
 # ------------------------------------------------------------------------------------------------
 
-def _list_of(track_type: pa.StructType, name: str) -> pa.DataType:
-    return track_type.field(name).type
-
-
 _NUMPY: dict[pa.DataType, type] = {pa.uint8(): np.uint8, pa.uint32(): np.uint32, pa.int32(): np.int32,
                                    pa.int64(): np.int64, pa.uint64(): np.uint64}
 

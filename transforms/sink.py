@@ -8,7 +8,6 @@ reader would take it for a finished one.
 from __future__ import annotations
 
 import datetime
-import hashlib
 import io
 import json
 from typing import Iterable, Mapping, Optional, Sequence
@@ -152,6 +151,3 @@ def manifest(dataset: str, info_sha256: Optional[str], outcomes: Sequence[FileOu
 def now_iso() -> str:
     return datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
 
-
-def sha256_hex(data: bytes) -> str:
-    return hashlib.sha256(data).hexdigest()

@@ -253,9 +253,6 @@ class Closure:
         breaks = np.flatnonzero(off[1:] != end[:-1]) + 1
         return off[np.concatenate(([0], breaks))], end[np.concatenate((breaks - 1, [len(off) - 1]))]
 
-    def num_bytes(self, track: TrackTables) -> int:
-        return int(track.size[self.first:self.last + 1].sum())
-
 
 @dataclasses.dataclass
 class VideoHandle:

@@ -44,17 +44,9 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-DATA_PATH = "data/chunk-{chunk_index:03d}/file-{file_index:03d}.parquet"
-VIDEO_PATH = "videos/{video_key}/chunk-{chunk_index:03d}/file-{file_index:03d}.mp4"
-EPISODES_PATH = "meta/episodes/chunk-{chunk_index:03d}/file-{file_index:03d}.parquet"
-
-DEFAULT_FEATURES = {
-    "timestamp": {"dtype": "float32", "shape": [1], "names": None},
-    "frame_index": {"dtype": "int64", "shape": [1], "names": None},
-    "episode_index": {"dtype": "int64", "shape": [1], "names": None},
-    "index": {"dtype": "int64", "shape": [1], "names": None},
-    "task_index": {"dtype": "int64", "shape": [1], "names": None},
-}
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repo root, when run as a script
+from tests.dataset_factory import (  # noqa: E402  (LeRobot's path templates and default columns)
+    DATA_PATH, DEFAULTS as DEFAULT_FEATURES, EPISODES_PATH, VIDEO_PATH)
 
 #: --codec -> (PyAV encoder, LeRobot's `video.codec` label)
 CODECS = {"h264": ("libx264", "h264"), "hevc": ("libx265", "hevc"), "av1": ("libsvtav1", "av1")}
