@@ -69,6 +69,16 @@ class PlanEpisodesFile(beam.DoFn):
     def __init__(self, config: ImportConfig) -> None:
         self._config = config
 
+    def setup(self) -> None:
+        self._sizes: dict[tuple[str, str], int] = {}
+
+    def _data_file_size(self, root: str, rel: str) -> int:
+        """A data file's size, asked of storage once per worker: many episodes files share a data file."""
+        key = (root, rel)
+        if key not in self._sizes:
+            self._sizes[key] = storage.file_size(storage.dataset_file(root, rel), what="data file", file=rel)
+        return self._sizes[key]
+
     def process(self, element: tuple[str, str]) -> Iterator:
         root, rel = element
         raw = None
@@ -76,9 +86,9 @@ class PlanEpisodesFile(beam.DoFn):
             raw = storage.read_bytes(storage.dataset_file(root, rel), what="episodes file", file=rel)
             info = load_info(root, skip_videos=self._config.skip_videos)
             rows = episodes_metadata.read_episode_rows(raw, info, file=rel)
-            parts = episodes_metadata.plan_parts(
-                rows, lambda f: storage.file_size(storage.dataset_file(root, f), what="data file", file=f),
-                limit=self._config.data_span_limit, in_parts=self._config.read_in_parts, file=rel)
+            parts = episodes_metadata.plan_parts(rows, lambda f: self._data_file_size(root, f),
+                                                 limit=self._config.data_span_limit,
+                                                 in_parts=self._config.read_in_parts, file=rel)
         except LeRobotImportError as ex:
             episodes = episodes_metadata.episode_indices(raw) if raw is not None else ()
             outcome = failed_file(root, rel, episodes, [error_record(ex, dataset=root, episodes_file=rel)])
