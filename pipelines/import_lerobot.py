@@ -48,6 +48,10 @@ def config_from_options(options: ImportOptions, *, run_id: str = "", started_at:
                                  f"{storage.join(out, name)}; import them in separate runs")
             names[name] = root
         targets = tuple((r, storage.join(out, dataset_name(r))) for r in roots)
+    for root, target in targets:
+        problem = storage.placement_problem(root, target)
+        if problem:
+            raise SystemExit(f"error: {problem}")
     return ImportConfig(targets=targets, read_in_parts=options.read_in_parts,
                         data_span_limit=options.data_span_limit, inline_index=options.inline_index,
                         skip_videos=options.skip_videos, force=options.force, run_id=run_id,

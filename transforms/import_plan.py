@@ -110,8 +110,11 @@ class FileOutcome:
 
 
 def episodes_file_uris(root: str) -> list[str]:
-    """`meta/episodes/*/*.parquet`, sorted by path (mapping §1)."""
-    return [u for u in storage.glob(storage.join(root, EPISODES_DIR + "/*/*.parquet"))]
+    """`meta/episodes/<chunk>/<file>.parquet`, sorted by path. The folders are listed rather than globbed:
+    the root and the names are the dataset's, and may hold `*`, `?` or `[`."""
+    base = storage.join(root, EPISODES_DIR)
+    return sorted(storage.join(base, f"{chunk}/{name}") for chunk in storage.list_dir(base, dirs=True)
+                  for name in storage.list_dir(storage.join(base, chunk)) if name.endswith(".parquet"))
 
 
 def output_part_path(episodes_file: str, part: int, num_parts: int) -> str:

@@ -123,6 +123,7 @@ class _WriteShard(beam.DoFn):
 
 def stale_media_index_parts(out_root: str, keep: Iterable[str]) -> list[str]:
     keep_uris = {storage.join(out_root, k) for k in keep}
-    found = storage.glob(storage.join(out_root, f"{MEDIA_INDEX_DIR}/part-*.parquet"))
-    found += storage.glob(storage.join(out_root, f"{MEDIA_INDEX_DIR}/.part-*{storage.TMP_MARK}*"))
+    folder = storage.join(out_root, MEDIA_INDEX_DIR)
+    found = [storage.join(folder, n) for n in storage.list_dir(folder)
+             if (n.startswith("part-") and n.endswith(".parquet")) or (n.startswith(".part-") and storage.TMP_MARK in n)]
     return [u for u in found if u not in keep_uris]

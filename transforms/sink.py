@@ -51,24 +51,45 @@ def parquet_bytes(table: pa.Table) -> bytes:
     return sink.getvalue()
 
 
+def _split(out_root: str, relative: str) -> tuple[str, str]:
+    head, _, tail = relative.rpartition("/")
+    return storage.join(out_root, head) if head else out_root, tail
+
+
+def _is_part_name(name: str, stem: str) -> bool:
+    """`<stem>.part-NNNN.parquet`, compared literally (the stem may hold `*`, `?` or `[`)."""
+    if not (name.startswith(stem + ".part-") and name.endswith(".parquet")):
+        return False
+    number = name[len(stem) + len(".part-"): -len(".parquet")]
+    return len(number) >= 4 and number.isdigit()
+
+
 def stale_outputs(out_root: str, episodes_file: str, keep: Iterable[str]) -> list[str]:
-    """Outputs an earlier run left for this episodes file that this run does not write."""
+    """Outputs an earlier run left for this episodes file that this run does not write.
+
+    The folder is listed and names compared literally: names come from the dataset, and a glob
+    pattern built from them (a file named `*.parquet`) would match other episodes files' outputs."""
     single = output_part_path(episodes_file, 0, 1)
-    stem = single[: -len(".parquet")]
-    candidates = storage.glob(storage.join(out_root, stem + ".part-*.parquet"))
-    if storage.exists(storage.join(out_root, single)):
-        candidates.append(storage.join(out_root, single))
+    folder, tail = _split(out_root, single)
+    stem = tail[: -len(".parquet")]
+    found = [n for n in storage.list_dir(folder) if n == tail or _is_part_name(n, stem)]
     keep_uris = {storage.join(out_root, k) for k in keep}
-    return sorted(c for c in candidates if c not in keep_uris)
+    return sorted(u for u in (storage.join(folder, n) for n in found) if u not in keep_uris)
 
 
 def leftover_tmps(out_root: str, episodes_file: str) -> list[str]:
     """Temporary parts of this episodes file left by attempts that died (a crash, a retried bundle)."""
     single = output_part_path(episodes_file, 0, 1)
-    head, _, tail = single.rpartition("/")
+    folder, tail = _split(out_root, single)
     stem = tail[: -len(".parquet")]
-    return (storage.glob(storage.join(out_root, f"{head}/.{stem}.parquet{storage.TMP_MARK}*"))
-            + storage.glob(storage.join(out_root, f"{head}/.{stem}.part-*.parquet{storage.TMP_MARK}*")))
+    found = []
+    for name in storage.list_dir(folder):
+        if not name.startswith(".") or storage.TMP_MARK not in name:
+            continue
+        final = name[1:name.rindex(storage.TMP_MARK)]
+        if final == tail or _is_part_name(final, stem):
+            found.append(storage.join(folder, name))
+    return found
 
 
 def commit_episodes_file(out_root: str, dataset: str, episodes_file: str, results: Sequence[PartResult],

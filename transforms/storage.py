@@ -71,6 +71,41 @@ def to_uri(fs: fsspec.AbstractFileSystem, path: str) -> str:
     return fs.unstrip_protocol(path)
 
 
+def _resolved(uri: str) -> str:
+    """A root as one comparable string: local paths with symlinks resolved, URLs normalised."""
+    fs, path = filesystem(uri)
+    protocol = fs.protocol if isinstance(fs.protocol, str) else fs.protocol[0]
+    if protocol in ("file", "local"):
+        return "file://" + os.path.realpath(path)
+    return to_uri(fs, path.rstrip("/") or "/")
+
+
+def _within(inner: str, outer: str) -> bool:
+    return inner == outer or inner.startswith(outer.rstrip("/") + "/")
+
+
+#: What an import writes under its output root: a dataset placed under one of these would be
+#: overwritten or removed by the import itself.
+OUTPUT_MANAGED = ("episodes", "media_index", "manifest.json", "errors.jsonl")
+
+
+def placement_problem(dataset_root: str, output_root: str) -> Optional[str]:
+    """Why writing an import of `dataset_root` to `output_root` could destroy input, or None.
+
+    An output inside the dataset (or equal to it) would write parts among its files and could
+    replace its own episodes files; a dataset inside the output's managed folders would be
+    removed as stale output."""
+    data, out = _resolved(dataset_root), _resolved(output_root)
+    if _within(out, data):
+        where = "is the dataset root" if out == data else f"is inside the dataset {dataset_root}"
+        return (f"the output {output_root} {where}: an import never writes inside its input. "
+                "Choose an output folder outside the dataset.")
+    if _within(data, out) and (data == out or any(_within(data, join(out, m)) for m in OUTPUT_MANAGED)):
+        return (f"the dataset {dataset_root} lies inside the output {output_root}, in a folder the import "
+                "writes and cleans up: importing would overwrite or remove it. Choose another output folder.")
+    return None
+
+
 def join(root_uri: str, relative: str) -> str:
     return root_uri.rstrip("/") + "/" + relative
 
@@ -245,8 +280,38 @@ def remove(uri: str) -> None:
 
 
 def glob(pattern_uri: str) -> list[str]:
+    """Expand a pattern the *user* wrote (`--datasets gs://b/*`). Never call it with a name taken from a
+    dataset or an output: `*`, `?` and `[` are legal in file names, so such a pattern could match (and a
+    caller then remove) other files. Use `list_dir` and compare names literally instead."""
     fs, pattern = filesystem(pattern_uri)
     return sorted(to_uri(fs, p) for p in with_retries(lambda: fs.glob(pattern)))
+
+
+def list_dir(dir_uri: str, *, dirs: bool = False) -> list[str]:
+    """The names (not paths) of the files (or, with `dirs`, the folders) directly in `dir_uri`, sorted;
+    empty when the folder does not exist. Names are returned as they are, wildcards included, for
+    the caller to match literally."""
+    fs, path = filesystem(dir_uri)
+    path = path.rstrip("/")
+    try:
+        entries = with_retries(lambda: fs.ls(path, detail=True))
+    except (FileNotFoundError, NotADirectoryError):
+        return []
+    names = []
+    for entry in entries:
+        if entry.get("islink"):  # a local listing reports a symlink as such: ask what it points to
+            try:
+                entry = dict(entry, type=fs.info(entry["name"]).get("type"))
+            except OSError:  # a dangling link: listed as a file, so reading it names the problem
+                entry = dict(entry, type="other")
+        # Anything that is not a folder counts as a file here (FIFOs and devices included), so that
+        # reading it fails with a message naming it instead of it being skipped without a word.
+        if (entry.get("type") == "directory") != dirs:
+            continue
+        name = entry["name"].rstrip("/").rsplit("/", 1)[-1]
+        if name and entry["name"].rstrip("/") != path:
+            names.append(name)
+    return sorted(set(names))
 
 
 def list_files(dir_uri: str, *, suffix: str = "") -> list[str]:
