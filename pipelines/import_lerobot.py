@@ -20,9 +20,10 @@ from apache_beam.metrics.metric import MetricsFilter
 from apache_beam.options.pipeline_options import PipelineOptions
 
 from pipelines.options import ImportOptions
-from transforms import sink, storage
+from transforms import storage
+from transforms.episode import output as sink, paths
 from transforms.import_dataset import NAMESPACE, ImportLeRobotDatasets
-from transforms.import_plan import ImportConfig
+from transforms.messages import ImportConfig
 
 _LOG = logging.getLogger("lerobot_import")
 
@@ -49,7 +50,7 @@ def config_from_options(options: ImportOptions, *, run_id: str = "", started_at:
             names[name] = root
         targets = tuple((r, storage.join(out, dataset_name(r))) for r in roots)
     for root, target in targets:
-        problem = storage.placement_problem(root, target)
+        problem = paths.placement_problem(root, target)
         if problem:
             raise SystemExit(f"error: {problem}")
     return ImportConfig(targets=targets, read_in_parts=options.read_in_parts,

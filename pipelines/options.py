@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from apache_beam.options.pipeline_options import PipelineOptions
 
-from transforms.episodes_metadata import DATA_SPAN_LIMIT
+from transforms.lerobot.episodes_files import DATA_SPAN_LIMIT
 
 
 class ImportOptions(PipelineOptions):

@@ -18,7 +18,8 @@ from typing import Optional, Sequence
 import apache_beam as beam
 from apache_beam.options.pipeline_options import PipelineOptions
 
-from transforms import recipes, storage
+from transforms import storage
+from transforms.language import recipes
 from transforms.read_episodes import ReadImportedEpisodes
 from transforms.render_samples import SAMPLE_SCHEMA, RenderTrainingSamples, load_tasks
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pyarrow as pa
 
-from transforms.spql_types import schema_signature  # noqa: F401  (re-exported for tests)
+from transforms.episode.spql_types import schema_signature  # noqa: F401  (re-exported for tests)
 
 
 def plain(arr: pa.Array) -> pa.Array:

@@ -373,7 +373,7 @@ def run_oracle(root: str | os.PathLike, episodes: str = "meta/episodes/chunk-000
         proc = subprocess.run([sys.executable, ORACLE, str(root), episodes, out], capture_output=True, text=True)
         if proc.returncode != 0:
             raise OracleError(proc.stderr.strip().splitlines()[-1] if proc.stderr.strip() else "oracle failed")
-        import transforms.spql_types  # noqa: F401  (registers the spql.* names for reading)
+        import transforms.episode.spql_types  # noqa: F401  (registers the spql.* names for reading)
         with pa.OSFile(out, "rb") as f:
             return pa.ipc.open_file(f).read_all()
 

@@ -8,7 +8,7 @@ import pytest
 
 from tests.conftest import read_errors, read_manifest, run_import
 from tests.dataset_factory import DatasetSpec, write_dataset
-from transforms.episodes_metadata import DATA_SPAN_LIMIT, EpisodeRow, plan_parts
+from transforms.lerobot.episodes_files import DATA_SPAN_LIMIT, EpisodeRow, plan_parts
 
 # 12 episodes of 800 frames with an 8 KiB incompressible vector per frame, 4 episodes per data file:
 # three data files of about 26 MB, 78 MB in all, in ONE episodes file.

@@ -17,8 +17,9 @@ from tests import flaky_fs
 from tests.arrow_compare import rows
 from tests.conftest import REPO, corpus_path, output_files, read_errors, run_import
 from tests.dataset_factory import DatasetSpec, edit_info, write_dataset
-from transforms import sink, storage
-from transforms.import_plan import PartResult
+from transforms import storage
+from transforms.episode import output as sink
+from transforms.messages import PartResult
 
 
 @pytest.fixture()

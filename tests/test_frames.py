@@ -9,9 +9,9 @@ import pytest
 from tests.arrow_compare import rows, schema_signature
 from tests.conftest import OracleError, read_part, run_import, run_oracle
 from tests.dataset_factory import DatasetSpec, write_dataset
-from transforms.dataset_info import Feature
+from transforms.lerobot.info import Feature
 from transforms.errors import LeRobotImportError
-from transforms.frames import convert_column, index_layout
+from transforms.episode.frames import convert_column, index_layout
 
 
 def feature(dtype="float32", shape=(2, 3), names=None, name="f") -> Feature:

@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from transforms import media_index, mp4_boxes
+from transforms.mp4 import media_index
+from transforms.mp4 import boxes as mp4_boxes
 from transforms.errors import LeRobotImportError
 
 CRASHES = sorted((Path(__file__).parent / "fuzz" / "crashes").glob("*"))

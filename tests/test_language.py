@@ -18,8 +18,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from transforms import language_columns as lc
-from transforms import recipes
+from transforms.language import columns as lc
+from transforms.language import recipes
 from transforms.errors import LeRobotImportError
 
 SHARED = os.environ.get("LEROBOT_SHARED", os.path.join(os.path.dirname(__file__), "..", "..", "shared"))

@@ -6,7 +6,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from tests.conftest import copy_dataset, corpus_path, read_errors, read_part, run_import
-from transforms import language_columns
+from transforms.language import columns as language_columns
 
 
 def test_language_dataset_imports_typed(tmp_path):

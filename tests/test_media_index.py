@@ -15,11 +15,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import mp4_factory as F
-from transforms import spql_types
+from transforms.episode import spql_types
 from transforms.errors import LeRobotImportError
-from transforms.media_index import (NO_TRACK_MESSAGE, media_index_array, parse_media_index, read_media_index,
+from transforms.mp4.media_index import (NO_TRACK_MESSAGE, media_index_array, parse_media_index, read_media_index,
                                     read_media_index_from)
-from transforms.mp4_boxes import HEAD_SIZE, BytesRangeSource, read_moov
+from transforms.mp4.boxes import HEAD_SIZE, BytesRangeSource, read_moov
 
 LOCAL = fsspec.filesystem("file")
 CORPUS_MP4S = sorted(str(p) for p in F.CORPUS.glob("*/videos/**/*.mp4"))
@@ -269,7 +269,7 @@ def test_faststart_and_moov_at_end_give_the_same_tables(generated):
 
 
 def test_stz2_parses_but_is_rejected_like_the_reference(encoded, monkeypatch):
-    import transforms.media_index as mi
+    import transforms.mp4.media_index as mi
     plain = ours(encoded["h264_end"])["tracks"][0]
     for bits in (16, 8, 4):
         data = _edit(encoded["h264_end"], lambda m: F.stsz_to_stz2(F.stbl_of(m), bits))

@@ -28,10 +28,10 @@ from apache_beam.testing.util import assert_that, equal_to
 import dataset_factory as DF
 import mp4_factory as MF
 from conftest import corpus_path, run_import
-from transforms import spql_types  # noqa: F401  (registers spql.* for Parquet reads)
-from transforms.episode_reader import Episode, ImportReader
+from transforms.episode import spql_types  # noqa: F401  (registers spql.* for Parquet reads)
+from transforms.reader.import_reader import Episode, ImportReader
 from transforms.read_episodes import ReadImportedEpisodes
-from transforms.video_seek import FsspecRangeReader, ReaderError
+from transforms.reader.seek import FsspecRangeReader, ReaderError
 
 CORPUS_DATASETS = ["so101_av1", "language", "h264_multi_file", "images_and_tensors"]
 VIDEO_DATASETS = ["so101_av1", "language", "h264_multi_file", "hevc_open_gop"]

@@ -11,8 +11,8 @@ import pyarrow.parquet as pq
 import pytest
 
 from tests.conftest import corpus_path, run_import
-from transforms import recipes
-from transforms.episode_reader import ImportReader
+from transforms.language import recipes
+from transforms.reader.import_reader import ImportReader
 from transforms.render_samples import load_tasks, render_episode_samples
 
 RECIPES = ("subtask", "subtask_mem", "subtask_joint", "subtask_mem_vqa_speech")

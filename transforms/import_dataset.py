@@ -23,13 +23,17 @@ from typing import Iterable, Iterator, Optional
 import apache_beam as beam
 from apache_beam.metrics import Metrics
 
-from transforms import data_files, dataset_fingerprint, episodes_metadata, sink, storage
+from transforms import storage
+from transforms.lerobot import data_files
+from transforms.lerobot import fingerprint as dataset_fingerprint
+from transforms.lerobot import episodes_files as episodes_metadata
+from transforms.episode import output as sink
 from transforms import media_files
-from transforms.dataset_info import INDEXED_CODECS
+from transforms.lerobot.info import INDEXED_CODECS
 from transforms.errors import FailureRecord, LeRobotImportError
-from transforms.import_plan import (FileOutcome, ImportConfig, PartHeader, PartResult,
-                                    episodes_file_uris, error_record, failed_file, load_info,
-                                    output_part_path)
+from transforms.messages import (FileOutcome, ImportConfig, PartHeader, PartResult,
+                                    episodes_file_uris, error_record, failed_file, load_info)
+from transforms.episode.paths import output_part_path
 
 _LOG = logging.getLogger(__name__)
 NAMESPACE = "lerobot_import"

@@ -16,9 +16,10 @@ import apache_beam as beam
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from transforms import spql_types, storage
+from transforms import storage
+from transforms.episode import spql_types
 from transforms.errors import LeRobotImportError
-from transforms.videos import VideoFile
+from transforms.episode.clips import VideoFile
 
 MEDIA_INDEX_DIR = "media_index"
 #: A media_index part holds files until their indexes reach this many bytes.
@@ -42,7 +43,7 @@ def read_video_file(uri: str, relative: str, *, build_index: bool) -> VideoFacts
     fs, path = storage.filesystem(uri)
     if not build_index:
         return VideoFacts(uri, storage.file_size(uri, what="video file", file=relative), None)
-    from transforms import media_index
+    from transforms.mp4 import media_index
     try:
         result = media_index.read_media_index(fs, path, uri=uri)
     except LeRobotImportError as ex:

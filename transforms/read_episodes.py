@@ -15,8 +15,8 @@ from typing import Iterator
 
 import apache_beam as beam
 
-from transforms.episode_reader import Episode, ImportReader, RowGroupRef
-from transforms.video_seek import DEFAULT_TOLERANCE
+from transforms.reader.import_reader import Episode, ImportReader, RowGroupRef
+from transforms.reader.seek import DEFAULT_TOLERANCE
 
 
 class _ListRowGroups(beam.DoFn):

@@ -15,7 +15,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from transforms import recipes, storage
+from transforms import storage
+from transforms.language import recipes
 
 SAMPLE_SCHEMA = pa.schema([
     pa.field("episode_index", pa.int64(), nullable=False),

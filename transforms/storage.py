@@ -71,7 +71,7 @@ def to_uri(fs: fsspec.AbstractFileSystem, path: str) -> str:
     return fs.unstrip_protocol(path)
 
 
-def _resolved(uri: str) -> str:
+def resolved(uri: str) -> str:
     """A root as one comparable string: local paths with symlinks resolved, URLs normalised."""
     fs, path = filesystem(uri)
     protocol = fs.protocol if isinstance(fs.protocol, str) else fs.protocol[0]
@@ -80,30 +80,9 @@ def _resolved(uri: str) -> str:
     return to_uri(fs, path.rstrip("/") or "/")
 
 
-def _within(inner: str, outer: str) -> bool:
+def within(inner: str, outer: str) -> bool:
+    """Whether URI `inner` is `outer` or lies under it (both as `resolved` gives them)."""
     return inner == outer or inner.startswith(outer.rstrip("/") + "/")
-
-
-#: What an import writes under its output root: a dataset placed under one of these would be
-#: overwritten or removed by the import itself.
-OUTPUT_MANAGED = ("episodes", "media_index", "manifest.json", "errors.jsonl")
-
-
-def placement_problem(dataset_root: str, output_root: str) -> Optional[str]:
-    """Why writing an import of `dataset_root` to `output_root` could destroy input, or None.
-
-    An output inside the dataset (or equal to it) would write parts among its files and could
-    replace its own episodes files; a dataset inside the output's managed folders would be
-    removed as stale output."""
-    data, out = _resolved(dataset_root), _resolved(output_root)
-    if _within(out, data):
-        where = "is the dataset root" if out == data else f"is inside the dataset {dataset_root}"
-        return (f"the output {output_root} {where}: an import never writes inside its input. "
-                "Choose an output folder outside the dataset.")
-    if _within(data, out) and (data == out or any(_within(data, join(out, m)) for m in OUTPUT_MANAGED)):
-        return (f"the dataset {dataset_root} lies inside the output {output_root}, in a folder the import "
-                "writes and cleans up: importing would overwrite or remove it. Choose another output folder.")
-    return None
 
 
 def join(root_uri: str, relative: str) -> str:

@@ -21,8 +21,8 @@ import pyarrow as pa
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", ".."))
 
-from transforms import language_columns as lc  # noqa: E402
-from transforms import recipes  # noqa: E402
+from transforms.language import columns as lc  # noqa: E402
+from transforms.language import recipes  # noqa: E402
 
 SHARED = os.environ.get("LEROBOT_SHARED", os.path.join(os.path.dirname(__file__), "..", "..", "..", "shared"))
 RECIPE = os.path.join(SHARED, "corpus", "lerobot", "language", "expected", "recipes", "subtask_mem_vqa_speech.yaml")

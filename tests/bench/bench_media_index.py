@@ -29,7 +29,7 @@ sys.path.insert(0, str(HERE.parents[2]))
 sys.path.insert(0, str(HERE.parents[1]))
 
 import mp4_factory as F  # noqa: E402
-from transforms.media_index import media_index_array, parse_media_index, read_media_index  # noqa: E402
+from transforms.mp4.media_index import media_index_array, parse_media_index, read_media_index  # noqa: E402
 
 
 def read_costs(tmp: Path) -> None:

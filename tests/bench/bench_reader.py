@@ -37,8 +37,8 @@ import av  # noqa: E402
 
 import dataset_factory as DF  # noqa: E402
 from pipelines.import_lerobot import run as run_import  # noqa: E402
-from transforms.episode_reader import ImportReader  # noqa: E402
-from transforms.video_seek import FsspecRangeReader  # noqa: E402
+from transforms.reader.import_reader import ImportReader  # noqa: E402
+from transforms.reader.seek import FsspecRangeReader  # noqa: E402
 
 ENCODERS = {"h264": ("libx264", {"g": "30", "bf": "3"}), "hevc": ("libx265", {"g": "30"}),
             "av1": ("libsvtav1", {"g": "30"})}

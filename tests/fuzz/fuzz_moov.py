@@ -37,7 +37,8 @@ REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 
 with atheris.instrument_imports(include=["transforms"]):
-    from transforms import media_index, mp4_boxes
+    from transforms.mp4 import media_index
+    from transforms.mp4 import boxes as mp4_boxes
     from transforms.errors import LeRobotImportError
 
 #: Allowed tracemalloc peak per input: this many times the input's bytes, plus the constant.

@@ -34,7 +34,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from transforms import language_columns as lc
+from transforms.language import columns as lc
 
 Row = dict[str, Any]
 Rendered = dict[str, list[Any]]

@@ -10,8 +10,9 @@ import json
 
 import pyarrow as pa
 
-from transforms import language_columns, spql_types
-from transforms.dataset_info import DatasetInfo, Feature
+from transforms.language import columns as language_columns
+from transforms.episode import spql_types
+from transforms.lerobot.info import DatasetInfo, Feature
 from transforms.errors import LeRobotImportError
 
 TENSOR_METADATA_KEY = b"spiraldb:tensor:metadata"

@@ -13,8 +13,10 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from transforms import episode_type, language_columns, spql_types
-from transforms.dataset_info import DatasetInfo, Feature
+from transforms.episode import episode_type
+from transforms.language import columns as language_columns
+from transforms.episode import spql_types
+from transforms.lerobot.info import DatasetInfo, Feature
 from transforms.errors import LeRobotImportError
 
 

@@ -25,8 +25,9 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from transforms import spql_types, storage  # noqa: F401  (spql_types registers the extension types)
-from transforms.video_seek import (DEFAULT_TOLERANCE, FsspecRangeReader, RangeReader, ReaderError, TrackTables,
+from transforms import storage
+from transforms.episode import spql_types  # noqa: F401  (spql_types registers the extension types)
+from transforms.reader.seek import (DEFAULT_TOLERANCE, FsspecRangeReader, RangeReader, ReaderError, TrackTables,
                                    VideoHandle)
 
 __all__ = ["ImportReader", "Episode", "MediaIndexStore", "ReaderError", "RowGroupRef", "open_import"]

@@ -20,9 +20,9 @@ from typing import Any, Optional
 import numpy as np
 import pyarrow as pa
 
-from transforms import spql_types
+from transforms.episode import spql_types
 from transforms.errors import LeRobotImportError
-from transforms.mp4_boxes import BoxHeader, ReadStats, RangeSource, open_ranged, parse_box_header, read_moov
+from transforms.mp4.boxes import BoxHeader, ReadStats, RangeSource, open_ranged, parse_box_header, read_moov
 
 #: Sample-entry type -> codec name. avc3 (parameter sets in-band) is not accepted, like the reference.
 CODECS: dict[bytes, str] = {b"avc1": "h264", b"hvc1": "h265", b"hev1": "h265", b"av01": "av1"}

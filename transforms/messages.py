@@ -12,8 +12,8 @@ from collections import Counter
 from typing import Optional, Sequence
 
 from transforms import storage
-from transforms.dataset_info import EPISODES_DIR, INFO_PATH, DatasetInfo, parse_info
-from transforms.episodes_metadata import DATA_SPAN_LIMIT, EpisodeRow, PartPlan
+from transforms.lerobot.info import EPISODES_DIR, INFO_PATH, DatasetInfo, parse_info
+from transforms.lerobot.episodes_files import DATA_SPAN_LIMIT, EpisodeRow, PartPlan
 from transforms.errors import FailureRecord, LeRobotImportError
 
 PartKey = tuple  # (dataset_uri, episodes_file, part)
@@ -115,15 +115,6 @@ def episodes_file_uris(root: str) -> list[str]:
     base = storage.join(root, EPISODES_DIR)
     return sorted(storage.join(base, f"{chunk}/{name}") for chunk in storage.list_dir(base, dirs=True)
                   for name in storage.list_dir(storage.join(base, chunk)) if name.endswith(".parquet"))
-
-
-def output_part_path(episodes_file: str, part: int, num_parts: int) -> str:
-    """`episodes/<path under meta/episodes/>`, with `.part-NNNN` when the file is read in several parts."""
-    rel = episodes_file[len(EPISODES_DIR) + 1:] if episodes_file.startswith(EPISODES_DIR + "/") else episodes_file
-    if num_parts > 1:
-        stem = rel[: -len(".parquet")] if rel.endswith(".parquet") else rel
-        rel = f"{stem}.part-{part:04d}.parquet"
-    return "episodes/" + rel
 
 
 def failed_file(dataset: str, episodes_file: str, episode_indices: Sequence[int],

@@ -11,9 +11,10 @@ from typing import Mapping, Optional, Sequence
 import numpy as np
 import pyarrow as pa
 
-from transforms import episode_type, spql_types
-from transforms.dataset_info import DatasetInfo
-from transforms.episodes_metadata import EpisodeRow
+from transforms.episode import episode_type
+from transforms.episode import spql_types
+from transforms.lerobot.info import DatasetInfo
+from transforms.lerobot.episodes_files import EpisodeRow
 
 
 @dataclasses.dataclass(frozen=True)

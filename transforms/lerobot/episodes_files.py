@@ -13,7 +13,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from transforms.dataset_info import DatasetInfo
+from transforms.lerobot.info import DatasetInfo
 from transforms.errors import LeRobotImportError
 
 #: The 64 MiB rule: an episodes file may span at most this many bytes of data files.

@@ -15,11 +15,16 @@ from typing import Iterable, Mapping, Optional, Sequence
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from transforms import episode_type, frames as frames_lib, storage, videos as videos_lib
-from transforms.dataset_info import DatasetInfo
-from transforms.episodes_metadata import EpisodeRow
+from transforms import storage
+from transforms.episode import episode_type
+from transforms.episode import frames as frames_lib
+from transforms.episode import clips as videos_lib
+from transforms.lerobot.info import DatasetInfo
+from transforms.lerobot.episodes_files import EpisodeRow
 from transforms.errors import FailureRecord
-from transforms.import_plan import FileOutcome, PartResult, failed_file, output_part_path
+from transforms.episode import paths
+from transforms.episode.paths import output_part_path
+from transforms.messages import FileOutcome, PartResult, failed_file
 
 TOOL_NAME = "lerobot-beam-import"
 TOOL_VERSION = "0.1.0"
@@ -56,14 +61,6 @@ def _split(out_root: str, relative: str) -> tuple[str, str]:
     return storage.join(out_root, head) if head else out_root, tail
 
 
-def _is_part_name(name: str, stem: str) -> bool:
-    """`<stem>.part-NNNN.parquet`, compared literally (the stem may hold `*`, `?` or `[`)."""
-    if not (name.startswith(stem + ".part-") and name.endswith(".parquet")):
-        return False
-    number = name[len(stem) + len(".part-"): -len(".parquet")]
-    return len(number) >= 4 and number.isdigit()
-
-
 def stale_outputs(out_root: str, episodes_file: str, keep: Iterable[str]) -> list[str]:
     """Outputs an earlier run left for this episodes file that this run does not write.
 
@@ -72,7 +69,7 @@ def stale_outputs(out_root: str, episodes_file: str, keep: Iterable[str]) -> lis
     single = output_part_path(episodes_file, 0, 1)
     folder, tail = _split(out_root, single)
     stem = tail[: -len(".parquet")]
-    found = [n for n in storage.list_dir(folder) if n == tail or _is_part_name(n, stem)]
+    found = [n for n in storage.list_dir(folder) if n == tail or paths.is_part_name(n, stem)]
     keep_uris = {storage.join(out_root, k) for k in keep}
     return sorted(u for u in (storage.join(folder, n) for n in found) if u not in keep_uris)
 
@@ -87,7 +84,7 @@ def leftover_tmps(out_root: str, episodes_file: str) -> list[str]:
         if not name.startswith(".") or storage.TMP_MARK not in name:
             continue
         final = name[1:name.rindex(storage.TMP_MARK)]
-        if final == tail or _is_part_name(final, stem):
+        if final == tail or paths.is_part_name(final, stem):
             found.append(storage.join(folder, name))
     return found
 

@@ -15,10 +15,10 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from transforms import frames as frames_lib
+from transforms.episode import frames as frames_lib
 from transforms import storage
-from transforms.dataset_info import DatasetInfo
-from transforms.episodes_metadata import EpisodeRow
+from transforms.lerobot.info import DatasetInfo
+from transforms.lerobot.episodes_files import EpisodeRow
 from transforms.errors import LeRobotImportError
 
 K = TypeVar("K")
