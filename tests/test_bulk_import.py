@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import os
 
-from tests.conftest import read_errors, read_manifest, run_import
+from tests.helpers import read_errors, read_manifest, run_import
 from tests.dataset_factory import DatasetSpec, edit_info, write_dataset
 
 

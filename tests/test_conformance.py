@@ -15,7 +15,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from tests.arrow_compare import rows, schema_signature
-from tests.conftest import (OracleError, copy_dataset, lerobot_corpus, read_manifest, run_import, run_oracle,
+from tests.helpers import (OracleError, copy_dataset, lerobot_corpus, read_manifest, run_import, run_oracle,
                             spiral_available)
 
 DATASETS = lerobot_corpus()

@@ -6,7 +6,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from tests.conftest import read_errors, read_manifest, run_import
+from tests.helpers import read_errors, read_manifest, run_import
 from tests.dataset_factory import DatasetSpec, write_dataset
 from transforms.lerobot.episodes_files import DATA_SPAN_LIMIT, EpisodeRow, plan_parts
 

@@ -26,7 +26,7 @@ import yaml
 from apache_beam.options.pipeline_options import PipelineOptions
 from apache_beam.runners.runner import PipelineResult, PipelineRunner, PipelineState
 
-from conftest import REPO, SAMPLE, read_manifest
+from tests.helpers import REPO, SAMPLE, read_manifest
 from pipelines.import_lerobot import build_pipeline, config_from_options, run
 from pipelines.options import ImportOptions
 

@@ -15,7 +15,7 @@ import pytest
 
 from tests import flaky_fs
 from tests.arrow_compare import rows
-from tests.conftest import REPO, corpus_path, output_files, read_errors, run_import
+from tests.helpers import REPO, corpus_path, output_files, read_errors, run_import
 from tests.dataset_factory import DatasetSpec, edit_info, write_dataset
 from transforms import storage
 from transforms.episode import output as sink

@@ -7,7 +7,7 @@ import pyarrow as pa
 import pytest
 
 from tests.arrow_compare import rows, schema_signature
-from tests.conftest import OracleError, read_part, run_import, run_oracle
+from tests.helpers import OracleError, read_part, run_import, run_oracle
 from tests.dataset_factory import DatasetSpec, write_dataset
 from transforms.lerobot.info import Feature
 from transforms.errors import LeRobotImportError

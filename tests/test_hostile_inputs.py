@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import read_errors, read_manifest, run_import
+from tests.helpers import read_errors, read_manifest, run_import
 from tests.hostile_datasets import ALL, CASES, HostileCase, build, corpus_dataset
 
 #: A case that takes longer than this is a hang.

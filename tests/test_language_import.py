@@ -5,7 +5,7 @@ from __future__ import annotations
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from tests.conftest import copy_dataset, corpus_path, read_errors, read_part, run_import
+from tests.helpers import copy_dataset, corpus_path, read_errors, read_part, run_import
 from transforms.language import columns as language_columns
 
 

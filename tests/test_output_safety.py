@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import SAMPLE, read_errors, read_manifest, run_import
+from tests.helpers import SAMPLE, read_errors, read_manifest, run_import
 
 
 def _tree_digest(root: Path) -> dict[str, str]:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from tests.conftest import corpus_path, output_files, run_import
+from tests.helpers import corpus_path, output_files, run_import
 from tests.dataset_factory import DatasetSpec, write_dataset
 
 

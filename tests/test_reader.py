@@ -27,7 +27,7 @@ from apache_beam.testing.util import assert_that, equal_to
 
 import dataset_factory as DF
 import mp4_factory as MF
-from conftest import corpus_path, run_import
+from tests.helpers import corpus_path, run_import
 from transforms.episode import spql_types  # noqa: F401  (registers spql.* for Parquet reads)
 from transforms.reader.import_reader import Episode, ImportReader
 from transforms.read_episodes import ReadImportedEpisodes

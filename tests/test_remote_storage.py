@@ -24,7 +24,7 @@ import pytest
 
 import storage_emulators
 from arrow_compare import rows
-from conftest import SAMPLE, run_import
+from tests.helpers import SAMPLE, run_import
 
 LAYOUTS = {"default": (), "inline": ("--inline-index",)}
 SAMPLE_FILES = sum(1 for p in SAMPLE.rglob("*") if p.is_file())

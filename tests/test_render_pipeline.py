@@ -10,7 +10,7 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
-from tests.conftest import corpus_path, run_import
+from tests.helpers import corpus_path, run_import
 from transforms.language import recipes
 from transforms.reader.import_reader import ImportReader
 from transforms.render_samples import load_tasks, render_episode_samples

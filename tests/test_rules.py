@@ -11,7 +11,7 @@ import os
 import pyarrow as pa
 import pytest
 
-from tests.conftest import read_errors, read_manifest, run_import
+from tests.helpers import read_errors, read_manifest, run_import
 from tests.dataset_factory import DatasetSpec, edit_episodes, edit_info, write_dataset
 
 # Two episodes files (episodes 0-1 and 2-3) over two data files (the same split).

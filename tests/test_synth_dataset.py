@@ -12,7 +12,7 @@ import pytest
 
 from tests.arrow_compare import rows, schema_signature
 from tests.bench.synth_dataset import make_dataset
-from tests.conftest import run_import, run_oracle
+from tests.helpers import run_import, run_oracle
 
 CASES = {
     # h264 with B-frames, faststart, lengths that are not a multiple of the base clip (tail clips),

@@ -8,7 +8,7 @@ import numpy as np
 import pyarrow.parquet as pq
 
 from tests.arrow_compare import rows, schema_signature
-from tests.conftest import OracleError, copy_dataset, corpus_path, read_errors, read_part, run_import, run_oracle
+from tests.helpers import OracleError, copy_dataset, corpus_path, read_errors, read_part, run_import, run_oracle
 
 EPISODES = "meta/episodes/chunk-000/file-000.parquet"
 

@@ -41,6 +41,7 @@ RULES: dict[str, str] = {
     "internal": "the importer met an unexpected error (a bug): the element failed, the run went on",
     "accounting": "episodes read do not equal episodes written plus episodes failed",
     "io": "reading or writing storage failed",
+    "lfs_pointer": "a file is a git-LFS pointer instead of its content",
 }
 
 

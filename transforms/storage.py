@@ -108,6 +108,25 @@ def dataset_file(root_uri: str, relative: str) -> str:
     return uri
 
 
+#: Every git-LFS pointer file starts with these bytes (the whole pointer is ~130 bytes of text).
+LFS_POINTER_PREFIX = b"version https://git-lfs"
+
+
+def is_lfs_pointer(head: bytes) -> bool:
+    """Whether a file's first bytes are a git-LFS pointer instead of the file's content."""
+    return head[: len(LFS_POINTER_PREFIX)] == LFS_POINTER_PREFIX
+
+
+def raise_if_lfs_pointer(head: bytes, *, what: str, file: str) -> None:
+    """Fail with rule `lfs_pointer` when `head` (a file's first bytes) is a git-LFS pointer.
+
+    A dataset cloned without git-LFS holds pointers where its Parquet and MP4 files should be; the
+    real cause is then not a corrupt file but content that was never fetched."""
+    if is_lfs_pointer(head):
+        raise LeRobotImportError("lfs_pointer", f"{what} {file} is a git-LFS pointer, not the file: fetch its "
+                                 "content (`git lfs pull` in the dataset's clone) and import again", file=file)
+
+
 @dataclasses.dataclass
 class ReadCounter:
     """Bytes and requests that reached storage."""
