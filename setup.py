@@ -29,6 +29,8 @@ setup(
             "hypothesis>=6",
             "av>=14",
             "spiral-sdk==0.16.56",
+            # the lint step of .ci/run (its settings are on that command line)
+            "ruff==0.17.6",
             # storage emulators for the gs:// and s3:// round trips (loopback, in-process)
             "gcp-storage-emulator>=2026.7.19",
             "moto[server]>=5,<6",

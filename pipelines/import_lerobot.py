@@ -1,6 +1,7 @@
 """Import LeRobot v3 datasets as typed episodes.
 
     python -m pipelines.import_lerobot --dataset ROOT --output OUT [options] [Beam pipeline options]
+    python -m pipelines.import_lerobot --help          (the options, examples, and where Beam's are)
 
 Runs locally by default (DirectRunner); `--runner DataflowRunner` with the usual Dataflow options
 submits the same pipeline. Exit status 0 when every episodes file imported, 1 otherwise.
@@ -19,10 +20,12 @@ import apache_beam as beam
 from apache_beam.metrics.metric import MetricsFilter
 from apache_beam.options.pipeline_options import PipelineOptions
 
+from pipelines import cli
 from pipelines.options import ImportOptions
 from transforms import storage
 from transforms.episode import output as sink, paths
 from transforms.import_dataset import NAMESPACE, ImportLeRobotDatasets
+from transforms.errors import LeRobotImportError
 from transforms.messages import ImportConfig
 
 _LOG = logging.getLogger("lerobot_import")
@@ -31,12 +34,15 @@ _LOG = logging.getLogger("lerobot_import")
 def config_from_options(options: ImportOptions, *, run_id: str = "", started_at: str = "") -> ImportConfig:
     """The run's ImportConfig: dataset roots resolved (lists and globs expanded) and their outputs."""
     if not options.output:
-        raise SystemExit("error: --output is required")
-    roots = [storage.normalize_root(d) for d in (options.dataset or [])]
-    bulk = resolve_datasets(options.datasets) if options.datasets else []
+        raise SystemExit("error: --output is required (see --help)")
+    try:
+        roots = [storage.normalize_root(d) for d in (options.dataset or [])]
+        bulk = resolve_datasets(options.datasets) if options.datasets else []
+        out = storage.normalize_root(options.output)
+    except LeRobotImportError as ex:
+        raise SystemExit(f"error: {ex}") from None
     if not roots and not bulk:
-        raise SystemExit("error: give --dataset ROOT (repeatable) or --datasets ROOTS|GLOB|@FILE")
-    out = storage.normalize_root(options.output)
+        raise SystemExit("error: give --dataset ROOT (repeatable) or --datasets ROOTS|GLOB|@FILE (see --help)")
     roots = list(dict.fromkeys(roots + bulk))
     if len(roots) == 1 and not bulk:
         targets = ((roots[0], out),)
@@ -63,7 +69,7 @@ def resolve_datasets(spec: str) -> list[str]:
     """`a,b`, glob patterns and `@file` (one root or pattern per line, `#` comments) -> dataset roots."""
     if spec.startswith("@"):
         raw = storage.read_bytes(storage.normalize_root(spec[1:]), what="dataset list", file=spec[1:])
-        items = [line.split("#", 1)[0].strip() for line in raw.decode().splitlines()]
+        items = [line.split("#", 1)[0].strip() for line in raw.decode("utf-8", "replace").splitlines()]
     else:
         items = [item.strip() for item in spec.split(",")]
     roots = []
@@ -96,6 +102,10 @@ def build_pipeline(options: PipelineOptions, config: ImportConfig, started_at: O
 def run(argv: Optional[Sequence[str]] = None, *, wait: bool = True) -> int:
     """Parse options, build and run the pipeline, print the summary; returns the exit status."""
     argv = list(sys.argv[1:] if argv is None else argv)
+    text = cli.help_requested(argv)
+    if text is not None:
+        print(text)
+        return 0
     options = PipelineOptions(argv)
     import_options = options.view_as(ImportOptions)
     config = config_from_options(import_options, run_id=uuid.uuid4().hex, started_at=sink.now_iso())
@@ -122,10 +132,7 @@ def summarize(result, config: ImportConfig) -> int:
         if doc.get("run_id") != config.run_id:
             print(f"{root}: skipped - unchanged since its import of {doc.get('finished_at')} (--force redoes it)")
             continue
-        t = doc["totals"]
-        print(f"{root}: {doc['status']} - {t['episodes_written']}/{t['episodes']} episodes, {t['frames']} frames, "
-              f"{t['episodes_files_imported']}/{t['episodes_files']} episodes files, {t['errors']} errors "
-              f"-> {out}")
+        print(f"{root}: {summary_line(doc)} -> {out}")
         if doc["status"] != "imported":
             status = 1
             print(f"  errors: {storage.join(out, 'errors.jsonl')}")
@@ -134,15 +141,45 @@ def summarize(result, config: ImportConfig) -> int:
     return status
 
 
-def main() -> None:
-    """The `lerobot-import` command: an import, or `lerobot-import render ...` (recipe rendering)."""
+def summary_line(doc: dict) -> str:
+    """A dataset's outcome in one line, every number taken from its manifest's totals (so the line, the
+    manifest and errors.jsonl agree). A dataset that failed before its episodes files were listed has
+    "0 episodes files", not "0/0"."""
+    t = doc["totals"]
+    files = (f"{t['episodes_files_imported']}/{t['episodes_files']} episodes files" if t["episodes_files"]
+             else "0 episodes files")
+    line = (f"{doc['status']} - {t['episodes_written']}/{t['episodes']} episodes, {t['frames']} frames, {files}, "
+            f"{_count(t['errors'], 'error')}")
+    if t.get("warnings"):
+        line += f", {_count(t['warnings'], 'warning')}"
+    return line
+
+
+def _count(n: int, noun: str) -> str:
+    return f"{n} {noun}{'' if n == 1 else 's'}"
+
+
+def main(argv: Optional[Sequence[str]] = None) -> None:
+    """The `lerobot-import` command: an import, or `lerobot-import render ...` (recipe rendering).
+
+    Unlike `run` (which the Flex Template launcher also calls, with whatever flags Dataflow adds), the
+    command refuses options that neither the import nor Beam knows instead of ignoring them."""
+    argv = list(sys.argv[1:] if argv is None else argv)
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     for noisy in ("apache_beam", "fsspec", "gcsfs", "urllib3", "google"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
-    if sys.argv[1:2] == ["render"]:
+    if argv[:1] == ["render"]:
         from pipelines import render_recipes
-        sys.exit(render_recipes.run(sys.argv[2:]))
-    sys.exit(run())
+        sys.exit(render_recipes.run(argv[1:]))
+    if argv[:1] == ["verify"]:
+        from pipelines import verify
+        sys.exit(verify.run(argv[1:]))
+    if argv[:1] == ["plan"]:
+        from pipelines import plan
+        sys.exit(plan.run(argv[1:]))
+    if cli.help_requested(argv) is None:
+        cli.check_arguments(argv)
+    sys.exit(run(argv))
 
 
 if __name__ == "__main__":

@@ -1,10 +1,11 @@
-"""Render an import's language annotations into per-frame training samples with a LeRobot recipe.
+"""`lerobot-import render`: an import's language annotations -> per-frame training samples, rendered with a
+LeRobot training recipe exactly as LeRobot's RenderMessagesStep renders them.
 
-    lerobot-import render --recipe R.yaml --input OUT --output SAMPLES [--format parquet|jsonl]
-        [--tasks DATASET_ROOT] [Beam pipeline options]
-
-Reads the episodes of an import (either layout), renders every frame as LeRobot's
-`RenderMessagesStep` would, and writes SAMPLES/samples-SSSSS-of-NNNNN.parquet (or .jsonl).
+Reads the episodes of an import (either layout), renders every frame and writes
+SAMPLES/samples-SSSSS-of-NNNNN.parquet (or .jsonl) and SAMPLES/errors.jsonl. A frame that cannot be
+rendered (LeRobot raises for it, e.g. "Ambiguous resolver") is listed in errors.jsonl with its global
+index, episode, frame, blend component and the cause; every other frame is still rendered, and the
+command then exits 1, saying how many frames failed.
 """
 
 from __future__ import annotations
@@ -16,46 +17,101 @@ import sys
 from typing import Optional, Sequence
 
 import apache_beam as beam
+from apache_beam.metrics.metric import MetricsFilter
 from apache_beam.options.pipeline_options import PipelineOptions
 
 from transforms import storage
-from transforms.language import recipes
+from transforms.errors import LeRobotImportError
+from transforms.language.errors import RecipeError
+from transforms.language.recipe import parse_recipe, read_recipe_file
 from transforms.read_episodes import ReadImportedEpisodes
-from transforms.render_samples import SAMPLE_SCHEMA, RenderTrainingSamples, load_tasks
+from transforms.render_samples import (
+    FAILURES,
+    NAMESPACE,
+    SAMPLE_SCHEMA,
+    SAMPLES,
+    RenderTrainingSamples,
+    WriteRenderFailures,
+    errors_path,
+    load_tasks,
+)
+
+EXAMPLES = """\
+examples:
+  lerobot-import render --recipe subtask_mem.yaml --input out/language --output samples
+  lerobot-import render --recipe gs://bucket/recipes/subtask_mem.yaml --input gs://bucket/imports/language \\
+      --output gs://bucket/samples/language --format jsonl \\
+      --runner DataflowRunner --project PROJECT --region REGION --temp_location gs://bucket/tmp
+
+Every other option is an Apache Beam pipeline option (--runner, --direct_num_workers, Dataflow's
+--project/--region/--temp_location, ...): see Beam's documentation of PipelineOptions.
+Exit status: 0 when every frame rendered, 1 when a frame could not be rendered (see SAMPLES/errors.jsonl)
+or the recipe, the import or the tasks could not be read.
+"""
 
 
 def render_parser() -> argparse.ArgumentParser:
-    """The command's own flags; everything else is a Beam pipeline option (the import's --output is a
-    PipelineOptions flag already, so these are parsed apart, as Beam's wordcount does)."""
-    parser = argparse.ArgumentParser(prog="lerobot-import render", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--recipe", required=True, help="Recipe YAML (local path or fsspec URL).")
-    parser.add_argument("--input", required=True, help="Output root of an import (local path or fsspec URL).")
-    parser.add_argument("--output", required=True, help="Folder for the samples (local path or gs://).")
-    parser.add_argument("--format", default="parquet", choices=("parquet", "jsonl"))
-    parser.add_argument("--tasks", default=None,
-                        help="Dataset root whose meta/tasks.parquet names the tasks (default: the dataset "
-                             "recorded in the import's manifest.json).")
+    """The command's own options; everything else is a Beam pipeline option (parsed apart, as Beam's
+    wordcount does, because the import's --output is a PipelineOptions flag already)."""
+    parser = argparse.ArgumentParser(prog="lerobot-import render", description=__doc__,
+                                     epilog=EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--recipe", required=True, metavar="FILE",
+                        help="The recipe: a LeRobot training-recipe YAML file, local path or URL (required). "
+                             "At most 1 MiB; YAML anchors and aliases are refused.")
+    parser.add_argument("--input", required=True, metavar="OUT",
+                        help="The output root of an import (`lerobot-import --output OUT`), local path or URL "
+                             "(required).")
+    parser.add_argument("--output", required=True, metavar="SAMPLES",
+                        help="Folder for the samples and errors.jsonl, local path or URL (required).")
+    parser.add_argument("--format", default="parquet", choices=("parquet", "jsonl"),
+                        help="Samples file format. Default: parquet (messages as JSON text); jsonl writes one "
+                             "JSON object per sample.")
+    parser.add_argument("--tasks", default=None, metavar="DATASET_ROOT",
+                        help="Dataset root whose meta/tasks.parquet names each frame's task. Default: the "
+                             "dataset recorded in the import's manifest.json.")
     return parser
 
 
-def build_pipeline(opts: argparse.Namespace, options: PipelineOptions) -> beam.Pipeline:
-    recipe_text = storage.read_bytes(storage.normalize_root(opts.recipe), what="recipe", file=opts.recipe).decode()
+def _read_recipe(path: str) -> str:
+    """The recipe file's text, checked (a bad recipe stops the command before anything runs)."""
+    text = read_recipe_file(path)
+    parse_recipe(text, name=path)
+    return text
+
+
+def _dataset_root(source: str, tasks: Optional[str]) -> str:
+    """The dataset whose tasks.parquet names the tasks: --tasks, else the one the import's manifest names."""
+    if tasks is not None:
+        return storage.normalize_root(tasks)
+    raw = storage.read_bytes(storage.join(source, "manifest.json"), what="import manifest", file="manifest.json")
     try:
-        recipes.TrainingRecipe.from_yaml(recipe_text)
-    except recipes.RecipeError as ex:
-        raise SystemExit(f"error: recipe {opts.recipe}: {ex}")
+        dataset = json.loads(raw)["dataset"]
+    except (ValueError, KeyError, TypeError):
+        raise LeRobotImportError("io", f"{source}/manifest.json names no dataset: give its root with --tasks",
+                                 file="manifest.json") from None
+    return storage.normalize_root(dataset)
+
+
+def build_pipeline(opts: argparse.Namespace, options: PipelineOptions, recipe_text: str,
+                   tasks: dict[int, str]) -> beam.Pipeline:
+    """The render pipeline: read the import's episodes, render them, write samples and errors.jsonl.
+
+    Args:
+        opts: the command's options (`render_parser`).
+        options: Beam's pipeline options.
+        recipe_text: the recipe's YAML text.
+        tasks: task_index -> task.
+
+    Returns:
+        The pipeline, not yet run.
+    """
     source = storage.normalize_root(opts.input)
-    dataset = opts.tasks
-    if dataset is None:
-        manifest = json.loads(storage.read_bytes(storage.join(source, "manifest.json"), what="manifest",
-                                                 file="manifest.json"))
-        dataset = manifest["dataset"]
-    tasks = load_tasks(storage.normalize_root(dataset))
     prefix = opts.output.rstrip("/") + "/samples"
     p = beam.Pipeline(options=options)
-    samples = (p
-               | "ReadEpisodes" >> ReadImportedEpisodes(source)
-               | "Render" >> RenderTrainingSamples(recipe_text, tasks))
+    rendered = (p
+                | "ReadEpisodes" >> ReadImportedEpisodes(source)
+                | "Render" >> RenderTrainingSamples(recipe_text, tasks, recipe_name=opts.recipe))
+    samples = rendered[SAMPLES]
     if opts.format == "parquet":
         _ = samples | "WriteParquet" >> beam.io.WriteToParquet(prefix, SAMPLE_SCHEMA, file_name_suffix=".parquet",
                                                                 codec="zstd")
@@ -64,12 +120,54 @@ def build_pipeline(opts: argparse.Namespace, options: PipelineOptions) -> beam.P
              | "ToJson" >> beam.Map(lambda s: json.dumps({**s, "messages": json.loads(s["messages"])},
                                                          ensure_ascii=False, sort_keys=True))
              | "WriteJsonl" >> beam.io.WriteToText(prefix, file_name_suffix=".jsonl"))
+    _ = rendered[FAILURES] | "WriteErrors" >> WriteRenderFailures(opts.output)
     return p
 
 
+def _count_lines(uri: str) -> int:
+    fs, path = storage.filesystem(uri)
+    with fs.open(path, "rb") as f:
+        return sum(1 for line in f if line.strip())
+
+
+def _counter(result, name: str) -> Optional[int]:
+    """A counter of the finished run, when the runner reports metrics."""
+    try:
+        found = result.metrics().query(MetricsFilter().with_namespace(NAMESPACE).with_name(name))["counters"]
+    except (NotImplementedError, AttributeError, KeyError):
+        return None
+    if not found:
+        return None
+    return sum(int(c.committed if c.committed is not None else c.attempted) for c in found)
+
+
 def run(argv: Optional[Sequence[str]] = None) -> int:
+    """Run `lerobot-import render`.
+
+    Args:
+        argv: the command line after `render` (default: sys.argv[1:]).
+
+    Returns:
+        The exit status: 0 when every frame rendered, 1 when a frame failed or an input cannot be read.
+    """
     opts, beam_args = render_parser().parse_known_args(list(sys.argv[1:] if argv is None else argv))
-    build_pipeline(opts, PipelineOptions(beam_args)).run().wait_until_finish()
+    try:
+        recipe_text = _read_recipe(opts.recipe)
+        tasks = load_tasks(_dataset_root(storage.normalize_root(opts.input), opts.tasks))
+    except (RecipeError, LeRobotImportError) as ex:
+        print(f"error: {ex}", file=sys.stderr)
+        return 1
+    result = build_pipeline(opts, PipelineOptions(beam_args), recipe_text, tasks).run()
+    result.wait_until_finish()
+    failed = _count_lines(errors_path(opts.output))
+    samples = _counter(result, "samples")
+    frames = _counter(result, "frames")
+    counts = f"{samples} samples from {frames} frames" if samples is not None and frames is not None else "samples"
+    if failed:
+        print(f"rendered {counts} -> {opts.output}; {failed} frame{'s' if failed != 1 else ''} could not be "
+              f"rendered: see {errors_path(opts.output)}", file=sys.stderr)
+        return 1
+    print(f"rendered {counts} -> {opts.output}; every frame rendered")
     return 0
 
 

@@ -1,12 +1,20 @@
 """Test helpers: where the test data is, running an import in-process, reading its outputs, running the
-reference implementation (the oracle)."""
+reference implementation (the oracle, `tests/oracle.py`).
+
+Test data:
+* `tests/data/lerobot/<name>/`: small datasets written by LeRobot's own writer, with what LeRobot returned
+  for them (`expected_items/`, `language/expected/`). Always there: `lerobot_dataset(name)`.
+* `tests/data/so101_av1`: the quick-start sample (the same files as `tests/data/lerobot/so101_av1`).
+* Third-party published datasets are never copied into the project: their tests look for them in
+  `../shared/corpus/third_party/` (or `$LEROBOT_SHARED/corpus/third_party/`) and skip, naming the
+  folder, when it is not there: `third_party_path(name)`.
+"""
 
 from __future__ import annotations
 
 import json
 import os
 import shutil
-import subprocess
 import sys
 from pathlib import Path
 from typing import Optional
@@ -16,10 +24,10 @@ import pyarrow.parquet as pq
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
-SHARED = Path(os.environ.get("LEROBOT_SHARED", REPO.parent / "shared"))
-CORPUS = SHARED / "corpus"
-ORACLE = SHARED / "tools" / "spql_oracle.py"
-SAMPLE = REPO / "tests" / "data" / "so101_av1"
+DATA = REPO / "tests" / "data"
+LEROBOT_DATA = DATA / "lerobot"
+SAMPLE = DATA / "so101_av1"
+THIRD_PARTY = Path(os.environ.get("LEROBOT_SHARED", REPO.parent / "shared")) / "corpus" / "third_party"
 
 # Tests never need a network: no Prism download, no metadata server lookups.
 os.environ.setdefault("GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT", "false")
@@ -27,17 +35,38 @@ os.environ.setdefault("NO_GCE_CHECK", "true")
 
 sys.path.insert(0, str(REPO))
 
+from tests.oracle import OracleError, reference_episodes, spiral_missing  # noqa: E402,F401  (re-exported)
 
-def corpus_path(*parts: str) -> Path:
-    path = CORPUS.joinpath(*parts)
-    if not path.exists():
-        pytest.skip(f"corpus not found at {path} (set LEROBOT_SHARED to the shared/ folder)")
+
+def lerobot_dataset(name: str) -> Path:
+    """A LeRobot-writer dataset of the project (`tests/data/lerobot/<name>`); fails if it is missing."""
+    path = LEROBOT_DATA / name
+    assert (path / "meta" / "info.json").is_file(), f"test dataset {path} is missing from the project"
     return path
 
 
+def third_party_path(*parts: str) -> Path:
+    """A third-party published dataset (or a file in one); skips the test, naming the folder, if absent."""
+    path = THIRD_PARTY.joinpath(*parts)
+    if not path.exists():
+        pytest.skip(f"third-party dataset folder {path} is not there (third-party data is never part of the "
+                    f"project; set LEROBOT_SHARED to the folder holding corpus/third_party/)")
+    return path
+
+
+def corpus_path(*parts: str) -> Path:
+    """`corpus_path("lerobot", name, ...)`: the project's copy; `corpus_path("third_party", ...)`: skips if absent."""
+    kind, rest = parts[0], parts[1:]
+    if kind == "lerobot":
+        return lerobot_dataset(rest[0]).joinpath(*rest[1:])
+    if kind == "third_party":
+        return third_party_path(*rest)
+    raise ValueError(f"unknown test data kind {kind!r}: 'lerobot' or 'third_party'")
+
+
 def lerobot_corpus() -> list[Path]:
-    root = CORPUS / "lerobot"
-    return sorted(p for p in root.iterdir() if (p / "meta" / "info.json").exists()) if root.exists() else []
+    """Every LeRobot-writer dataset of the project, by name."""
+    return sorted(p for p in LEROBOT_DATA.iterdir() if (p / "meta" / "info.json").exists())
 
 
 def copy_dataset(src: Path, dest: Path) -> Path:
@@ -82,47 +111,16 @@ def output_files(output: Path) -> dict[str, bytes]:
     return out
 
 
-class OracleError(Exception):
-    pass
-
-
-_ORACLE_CACHE: dict[tuple, object] = {}
-
-
 def spiral_available() -> Optional[str]:
-    try:
-        import spiral  # noqa: F401
-        import spiral.types  # noqa: F401
-    except Exception as ex:  # noqa: BLE001
-        return f"spiral-sdk is not installed ({ex}); pip install spiral-sdk==0.16.56"
-    if not ORACLE.exists():
-        return f"the oracle script is not at {ORACLE}"
-    return None
+    """None when the reference can run, else why not."""
+    return spiral_missing()
 
 
-def run_oracle(root: Path, episodes_rel: str, tmp_dir: Path) -> pa.Table:
-    """The reference's episodes for one episodes file (cached per session). Raises OracleError."""
-    reason = spiral_available()
+def run_oracle(root: Path, episodes_rel: str, tmp_dir: Optional[Path] = None) -> pa.Table:
+    """The reference's episodes for one episodes file (cached per session). Raises OracleError.
+
+    spiral-sdk comes with the test extra, so a missing reference fails the test rather than skip it."""
+    reason = spiral_missing()
     if reason:
-        pytest.skip(reason)
-    key = (str(root), episodes_rel, _tree_stamp(root))
-    if key not in _ORACLE_CACHE:
-        out = tmp_dir / f"oracle-{len(_ORACLE_CACHE)}.arrow"
-        proc = subprocess.run([sys.executable, str(ORACLE), str(root), episodes_rel, str(out), "--frames", "0"],
-                              capture_output=True, text=True, timeout=600)
-        if proc.returncode != 0:
-            _ORACLE_CACHE[key] = OracleError(proc.stderr.strip().splitlines()[-1] if proc.stderr.strip() else
-                                             f"oracle exit {proc.returncode}")
-        else:
-            import spiral.types  # noqa: F401  (registers spql.* for reading)
-            with pa.OSFile(str(out), "rb") as f:
-                _ORACLE_CACHE[key] = pa.ipc.open_file(f).read_all()
-    value = _ORACLE_CACHE[key]
-    if isinstance(value, OracleError):
-        raise value
-    return value
-
-
-def _tree_stamp(root: Path) -> tuple:
-    return tuple(sorted((str(p), p.stat().st_size, p.stat().st_mtime_ns) for p in Path(root).rglob("*")
-                        if p.is_file()))
+        pytest.fail(reason)
+    return reference_episodes(root, episodes_rel, work_dir=tmp_dir)

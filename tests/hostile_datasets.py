@@ -1,4 +1,4 @@
-"""Broken LeRobot v3 datasets (issue 7): one `HostileCase` per way a dataset can be hostile.
+"""Broken LeRobot v3 datasets: one `HostileCase` per way a dataset can be hostile.
 
 Most cases start from a copy of the corpus dataset `h264_multi_file` (5 episodes files, 4 data
 files, 9 H.264 MP4s, one of them with moov at the end), so that breaking one file can be checked
@@ -22,8 +22,10 @@ of it must report. Nothing here runs the pipeline (tests/test_hostile_inputs.py 
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import os
 import shutil
+import stat
 import struct
 from pathlib import Path
 from typing import Callable, Optional
@@ -96,7 +98,8 @@ class HostileCase:
     extra_args: tuple[str, ...] = ()
     #: For factory datasets: a `mutate_data(table, file_number)` hook for write_dataset.
     mutate_data: Optional[Callable[[pa.Table, int], pa.Table]] = None
-    #: "empty": the case is not a failure; the test checks its own expectation.
+    #: "empty": the case is not a failure; the test checks its own expectation. "imports": a dataset that
+    #: looks hostile but is valid (a name holding `::`): every episodes file must import.
     kind: str = "failure"
     #: A known bug: the case is expected to fail its checks (strict xfail), with this reason.
     xfail: Optional[str] = None
@@ -121,8 +124,7 @@ def build(case: HostileCase, workdir: Path) -> Path:
 
 
 def corpus_dataset() -> Path:
-    shared = Path(os.environ.get("LEROBOT_SHARED", Path(__file__).resolve().parents[2] / "shared"))
-    return shared / "corpus" / "lerobot" / CORPUS_DATASET
+    return Path(__file__).resolve().parent / "data" / "lerobot" / CORPUS_DATASET
 
 
 # ------------------------------------------------------------------------------------------------
@@ -368,6 +370,129 @@ def _empty_episodes(t: pa.Table) -> pa.Table:
     return t.slice(0, 0)
 
 
+# ---- special files, git-LFS pointers, hostile JSON, amplification ------------------------------
+
+def _fifo(rel: str):
+    """The file replaced by a FIFO: a reader that opens it waits for a writer that never comes."""
+    def breaker(root: Path, _: Path) -> None:
+        (root / rel).unlink()
+        os.mkfifo(root / rel)
+    return breaker
+
+
+def _char_device(rel: str):
+    """The file replaced by a character device with /dev/zero's numbers: a reader never reaches its end."""
+    def breaker(root: Path, _: Path) -> None:
+        (root / rel).unlink()
+        try:
+            os.mknod(root / rel, stat.S_IFCHR | 0o644, os.makedev(1, 5))
+        except PermissionError:
+            import pytest
+            pytest.skip("creating a character device needs CAP_MKNOD")
+    return breaker
+
+
+def _folder_instead(rel: str):
+    def breaker(root: Path, _: Path) -> None:
+        (root / rel).unlink()
+        (root / rel).mkdir()
+    return breaker
+
+
+def lfs_pointer_text(data: bytes) -> str:
+    """What a clone without git-LFS holds instead of `data`."""
+    return (f"version https://git-lfs.github.com/spec/v1\noid sha256:{hashlib.sha256(data).hexdigest()}\n"
+            f"size {len(data)}\n")
+
+
+def _lfs_pointer(rel: str):
+    def breaker(root: Path, _: Path) -> None:
+        (root / rel).write_text(lfs_pointer_text((root / rel).read_bytes()))
+    return breaker
+
+
+def _info_with_raw_value(key: str, raw_json: str):
+    """info.json with one more key whose value is `raw_json` written as is (not re-encoded)."""
+    def breaker(root: Path, _: Path) -> None:
+        text = (root / INFO).read_text().rstrip()
+        assert text.endswith("}")
+        (root / INFO).write_text(text[:-1].rstrip() + f', "{key}": {raw_json}' + "}")
+    return breaker
+
+
+def _sparse_info(size: int):
+    """info.json followed by a hole up to `size` bytes (sparse on disk: cheap to make, costly to read)."""
+    def breaker(root: Path, _: Path) -> None:
+        os.truncate(root / INFO, size)
+    return breaker
+
+
+def zstd_bomb_tasks(rel: str, nbytes: int):
+    """Each row's `tasks` becomes one string of `nbytes` repeated letters: kilobytes once zstd-compressed."""
+    def fn(t: pa.Table) -> pa.Table:
+        flat = pa.array(["a" * nbytes] * t.num_rows, pa.string())
+        tasks = pa.ListArray.from_arrays(pa.array(np.arange(t.num_rows + 1, dtype=np.int32)), flat)
+        return _set_column("tasks", tasks)(t)
+
+    def breaker(root: Path, _: Path) -> None:
+        pq.write_table(fn(pq.read_table(root / rel)), root / rel, compression="zstd")
+    return breaker
+
+
+def dictionary_bomb_tasks(rel: str, rows: int, nbytes: int):
+    """`rows` rows (the file's first row repeated, without its stats) whose `tasks` all hold the same
+    string of `nbytes` letters: written once in the file's dictionary, decoded once per row."""
+    def breaker(root: Path, _: Path) -> None:
+        t = pq.read_table(root / rel)
+        t = t.select([c for c in t.column_names if not c.startswith("stats/")])
+        t = t.take(pa.array(np.zeros(rows, np.int64)))
+        tasks = pa.ListArray.from_arrays(pa.array(np.arange(rows + 1, dtype=np.int32)),
+                                         pa.DictionaryArray.from_arrays(pa.array(np.zeros(rows, np.int32)),
+                                                                        pa.array(["a" * nbytes])))
+        t = _set_column("tasks", tasks)(t)
+        pq.write_table(t, root / rel, compression="zstd", dictionary_pagesize_limit=4 * nbytes)
+    return breaker
+
+
+def _many_zero_length_rows(rel: str, n: int):
+    """`n` rows of zero-length episodes (ids past every real one) in place of the file's rows."""
+    def fn(t: pa.Table) -> pa.Table:
+        t = t.select([c for c in t.column_names if not c.startswith("stats/")]).take(pa.array(np.zeros(n, np.int64)))
+        zeros = pa.array(np.zeros(n, np.int64))
+        t = _set_column("episode_index", pa.array(np.arange(1_000_000, 1_000_000 + n, dtype=np.int64)))(t)
+        for name in ("length", "dataset_from_index", "dataset_to_index"):
+            t = _set_column(name, zeros)(t)
+        return t
+    return _edit_table(rel, fn)
+
+
+def _duplicate_column(rel: str, name: str):
+    def breaker(root: Path, _: Path) -> None:
+        t = pq.read_table(root / rel)
+        pq.write_table(t.append_column(pa.field(name, t.schema.field(name).type), t.column(name)), root / rel)
+    return breaker
+
+
+def _rename_camera(old: str, new: str):
+    """Camera `old` renamed `new` everywhere: info.json, the episodes files' columns, the videos folder."""
+    def breaker(root: Path, _: Path) -> None:
+        edit_info(root, lambda i: i.update(features={(new if k == old else k): v for k, v in i["features"].items()}))
+        for rel in EPISODES_FILES:
+            t = pq.read_table(root / rel)
+            pq.write_table(t.rename_columns([c.replace(f"/{old}/", f"/{new}/") for c in t.column_names]), root / rel)
+        (root / "videos" / old).rename(root / "videos" / new)
+    return breaker
+
+
+def _data_path_suffix(suffix: str):
+    """`data_path` gets `suffix` appended, and every data file is renamed to the name it now renders."""
+    def breaker(root: Path, _: Path) -> None:
+        edit_info(root, lambda i: i.update(data_path=i["data_path"] + suffix))
+        for path in sorted((root / "data").rglob("*.parquet")):
+            path.rename(path.with_name(path.name + suffix))
+    return breaker
+
+
 # ------------------------------------------------------------------------------------------------
 # The cases
 # ------------------------------------------------------------------------------------------------
@@ -470,7 +595,7 @@ CASES: list[HostileCase] = [
        {E20}, TOP_20, 9),
     _c("mp4_mdat_claims_2_62", _edit_mp4(SIDE_11, _mdat_claims_huge), "mp4_structure", {E20}, SIDE_11, 8),
     _c("mp4_stsz_count_too_large", _edit_mp4(SIDE_11, _patch_table_count("stsz", 8, 0x00FFFFFF)),
-       "mp4_structure", {E20}, SIDE_11, 8, words=["stsz"]),
+       ("mp4_limits", "mp4_structure"), {E20}, SIDE_11, 8, words=["16,777,215 samples"]),
     _c("mp4_stco_count_too_large", _edit_mp4(TOP_20, _patch_table_count("stco", 4, 0x7FFFFFFF)),
        "mp4_structure", {E20}, TOP_20, 9, words=["stco"]),
     _c("mp4_stts_count_too_large", _edit_mp4(SIDE_11, _patch_table_count("stts", 4, 0xFFFFFFFF)),
@@ -498,6 +623,63 @@ CASES: list[HostileCase] = [
        mutate_data=_factory_data(1, _note_not_utf8), words=["observation.note"],),
     _c("factory_string_shape", _edit_info(lambda i: i["features"]["observation.note"].update(shape=[3])),
        "scalar_shape", ALL, INFO, base="factory", words=["observation.note"]),
+
+    # ---- special files: only regular files are read, and the message says what the path is -----
+    _c("special_fifo_info", _fifo(INFO), "not_a_file", ALL, INFO, words=["FIFO", "regular file"]),
+    _c("special_fifo_episodes", _fifo(E10), "not_a_file", {E10}, E10, words=["FIFO", "regular file"]),
+    _c("special_fifo_data", _fifo(DATA_11), "not_a_file", {E20}, DATA_11, 9, words=["FIFO"]),
+    _c("special_chardev_data", _char_device(DATA_11), "not_a_file", {E20}, DATA_11, 9,
+       words=["character device"]),
+    _c("special_fifo_mp4", _fifo(TOP_20), "not_a_file", {E20}, TOP_20, 9, words=["FIFO"]),
+    _c("special_folder_data", _folder_instead(DATA_11), "not_a_file", {E20}, DATA_11, 9, words=["a folder"]),
+
+    # ---- git-LFS pointers where the content should be ------------------------------------------
+    _c("lfs_pointer_info", _lfs_pointer(INFO), "lfs_pointer", ALL, INFO, words=["git-LFS pointer", "git lfs pull"]),
+    _c("lfs_pointer_episodes", _lfs_pointer(E10), "lfs_pointer", {E10}, E10, words=["git-LFS pointer", "git lfs pull"]),
+    _c("lfs_pointer_data", _lfs_pointer(DATA_11), "lfs_pointer", {E20}, DATA_11, 9,
+       words=["git-LFS pointer", "git lfs pull"]),
+    _c("lfs_pointer_mp4", _lfs_pointer(TOP_20), "lfs_pointer", {E20}, TOP_20, 9, words=["git-LFS pointer"]),
+
+    # ---- info.json that costs more than it says --------------------------------------------------
+    _c("info_nested_100k_deep", _info_with_raw_value("deep", "[" * 100_000 + "]" * 100_000), "info_json", ALL, INFO,
+       words=["nests"]),
+    _c("info_5000_digit_number", _info_with_raw_value("total_frames", "1" + "0" * 5000), "info_json", ALL, INFO,
+       words=["4,300 digits"]),
+    _c("info_sparse_1gib", _sparse_info(1 << 30), "limit", ALL, INFO, words=["1,073,741,824 bytes"]),
+    _c("info_template_width_50m", _edit_info(lambda i: i.update(
+        data_path="data/chunk-{chunk_index:050000000d}/file-{file_index:03d}.parquet")), "path_template", ALL, INFO,
+       words=["50000000 digits", "at most 32"]),
+    _c("info_template_width_overflow", _edit_info(lambda i: i.update(
+        data_path="data/chunk-{chunk_index:0" + "9" * 30 + "d}/file-{file_index:03d}.parquet")), "path_template",
+       ALL, INFO, words=["digits", "at most 32"]),
+    _c("info_template_unknown_chained_scheme", _edit_info(lambda i: i.update(
+        data_path="data/chunk-{chunk_index:03d}/file-{file_index:03d}.parquet::foo")), "file_missing",
+       EPISODES_FILES, DATA_00 + "::foo", 0, words=["does not exist"]),
+    _c("factory_image_width_2_40", _edit_info(lambda i: i["features"]["observation.image"].update(
+        shape=[4, 2 ** 40, 3])), "bad_feature", ALL, INFO, base="factory",
+       words=["observation.image", "2,147,483,647"]),
+
+    # ---- episodes files that decompress or multiply without bound -------------------------------
+    _c("episodes_zstd_bomb_tasks", zstd_bomb_tasks(E10, 40 << 20), "limit", {E10}, E10,
+       words=["decompressed", "67,108,864 bytes"]),
+    _c("episodes_dictionary_bomb_tasks", dictionary_bomb_tasks(E10, 2000, 1 << 20), "limit", {E10}, E10,
+       words=["decoded", "67,108,864 bytes"]),
+    _c("episodes_200k_zero_length_rows", _many_zero_length_rows(E10, 200_000), "limit", {E10}, E10,
+       words=["200,000 rows", "100,000"]),
+    _c("episodes_from_timestamp_1e10", _edit_table(E10, lambda t: _map_column(
+        "videos/observation.images.top/to_timestamp", lambda v: [1e10 + 1, v[1]])(_map_column(
+            "videos/observation.images.top/from_timestamp", lambda v: [1e10, v[1]])(t))), "timestamps", {E10}, E10, 4,
+       words=["10000000000.0", "int64"]),
+    _c("episodes_duplicate_column", _duplicate_column(E10, "length"), "episodes_file", {E10}, E10,
+       words=["2 columns named `length`"]),
+    _c("data_duplicate_column", _duplicate_column(DATA_11, "observation.state"), ("data_file", "missing_column"),
+       {E20}, DATA_11, 9, words=["2 columns named `observation.state`"],
+       xfail="the data-file reader does not call episodes_files.check_unique_columns yet"),
+
+    # ---- names fsspec would read as URL syntax: read literally, as named -------------------------
+    _c("camera_key_with_double_colon", _rename_camera("observation.images.top", "observation.images.top::left"),
+       (), EPISODES_FILES, kind="imports"),
+    _c("data_path_double_colon_file", _data_path_suffix("::file"), (), EPISODES_FILES, kind="imports"),
 
     # ---- not a failure: an episodes file with no rows imports as an empty part -----------------
     _c("episodes_zero_rows", _edit_table(E10, _empty_episodes), (), {E10}, kind="empty",),

@@ -6,7 +6,7 @@
   offset pointing at the same sample bytes (offsets are shifted by how much the box holding them moved),
   so faststart files can be edited too.
 * `make_dataset(root, {key: (mp4, codec)}, ...)`: a one-episode LeRobot v3 dataset around MP4s.
-* `run_oracle(root)` / `oracle_indexes(root)`: run `spql_oracle.py` and return its MediaIndex values.
+* `run_oracle(root)` / `oracle_index(mp4, ...)`: run the reference (tests/oracle.py), return its episodes / MediaIndex.
 """
 
 from __future__ import annotations
@@ -16,9 +16,6 @@ import json
 import os
 import shutil
 import struct
-import subprocess
-import sys
-import tempfile
 from fractions import Fraction
 from pathlib import Path
 from typing import Callable, Iterable, Optional
@@ -27,8 +24,13 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-ORACLE = "/work/shared/tools/spql_oracle.py"
-CORPUS = Path("/work/shared/corpus/lerobot")
+try:  # the one oracle runner
+    from tests.oracle import OracleError, reference_episodes, spiral_missing  # noqa: F401  (OracleError re-exported)
+except ImportError:  # imported with tests/ itself on sys.path (the bench scripts)
+    from oracle import OracleError, reference_episodes, spiral_missing  # type: ignore[no-redef]  # noqa: F401
+
+#: The LeRobot-writer datasets of the project.
+CORPUS = Path(__file__).resolve().parent / "data" / "lerobot"
 
 #: Boxes whose payload is a list of boxes (the rewriter descends into them).
 CONTAINERS = {b"moov", b"trak", b"mdia", b"minf", b"stbl", b"edts", b"dinf", b"mvex", b"udta", b"moof", b"traf"}
@@ -274,9 +276,8 @@ def moov_bytes(data: bytes) -> bytes:
     pos = 0
     while pos + 8 <= len(data):
         size, type_ = struct.unpack_from(">I4s", data, pos)
-        header = 8
         if size == 1:
-            size, header = struct.unpack_from(">Q", data, pos + 8)[0], 16
+            size = struct.unpack_from(">Q", data, pos + 8)[0]
         elif size == 0:
             size = len(data) - pos
         if type_ == b"moov":
@@ -354,32 +355,18 @@ def make_dataset(root: str | os.PathLike, videos: dict[str, tuple[str | os.PathL
     return root
 
 
-class OracleError(Exception):
-    """The reference rejected the dataset; the message is its error."""
-
-
 def spiral_available() -> bool:
-    try:
-        import spiral  # noqa: F401
-    except Exception:  # noqa: BLE001
-        return False
-    return True
+    return spiral_missing() is None
 
 
 def run_oracle(root: str | os.PathLike, episodes: str = "meta/episodes/chunk-000/file-000.parquet") -> pa.Table:
-    """The reference's episodes (one row per episode) for one episodes file of `root`."""
-    with tempfile.TemporaryDirectory() as tmp:
-        out = os.path.join(tmp, "out.arrow")
-        proc = subprocess.run([sys.executable, ORACLE, str(root), episodes, out], capture_output=True, text=True)
-        if proc.returncode != 0:
-            raise OracleError(proc.stderr.strip().splitlines()[-1] if proc.stderr.strip() else "oracle failed")
-        import transforms.episode.spql_types  # noqa: F401  (registers the spql.* names for reading)
-        with pa.OSFile(out, "rb") as f:
-            return pa.ipc.open_file(f).read_all()
+    """The reference's episodes (one row per episode) for one episodes file of `root` (tests/oracle.py)."""
+    return reference_episodes(root, episodes)
 
 
 def _storage(a: pa.Array) -> pa.Array:
-    return a.storage if isinstance(a, pa.ExtensionArray) else a
+    from transforms.episode.spql_types import storage_of  # the one unwrap of spql.* extension arrays
+    return storage_of(a)
 
 
 def indexes_of(episodes: pa.Table) -> dict[str, Optional[dict]]:
@@ -406,3 +393,112 @@ def oracle_index(mp4: str | os.PathLike, codec: str, workdir: str | os.PathLike)
     table = run_oracle(root)
     return _storage(_storage(_storage(table.column("videos").combine_chunks().field(0).field("clip")).field(
         "media")).field("index")).to_pylist()[0]
+
+
+# ------------------------------------------------------------------------------------------------
+# Hostile MP4s: files that cost far more to index than their size suggests
+# ------------------------------------------------------------------------------------------------
+
+@dataclasses.dataclass
+class RawBytes(Box):
+    """Bytes written as they are where a box would be: many boxes at once (millions of tiny ones)."""
+
+    def serialize(self) -> bytes:
+        return self.payload
+
+
+def filler_boxes(count: int, type_: bytes = b"free") -> RawBytes:
+    """`count` empty 8-byte boxes, written in one go."""
+    return RawBytes(type_, struct.pack(">I4s", 8, type_) * count)
+
+
+def set_track_id(trak: Box, track_id: int) -> None:
+    tkhd = trak.find("tkhd")
+    at = 20 if tkhd.payload[0] == 1 else 12
+    tkhd.payload = tkhd.payload[:at] + struct.pack(">I", track_id) + tkhd.payload[at + 4:]
+
+
+def set_timescale(box: Box, timescale: int) -> None:
+    """The timescale of an `mdhd` or `mvhd` box (version 0 or 1)."""
+    at = 20 if box.payload[0] == 1 else 12
+    box.payload = box.payload[:at] + struct.pack(">I", timescale) + box.payload[at + 4:]
+
+
+def with_children(data: bytes, path: Optional[str], count: int) -> bytes:
+    """`data` with `count` empty `free` boxes added at the end of the box at `path` inside moov
+    ("" for moov itself, e.g. "trak/mdia/minf/stbl"), or at the top level when `path` is None."""
+    boxes = parse_file(data)
+    if path is None:
+        return serialize_file(boxes + [filler_boxes(count)])
+    moov = next(b for b in boxes if b.type == b"moov")
+    target = moov.find(path) if path else moov
+    target.children.append(filler_boxes(count))
+    return serialize_file(boxes)
+
+
+def constant_stsz_file(path: str | os.PathLike, base: bytes, count: int, *, tracks: int = 1,
+                       sample_size: int = 1) -> Path:
+    """A sparse file whose moov (about 1 KB per track) declares `count` samples of `sample_size` bytes per
+    video track: a constant-size `stsz`, one `stts` run, one chunk, no `stss` (every sample a sync sample),
+    in `tracks` copies of `base`'s video track; the mdat is big enough to hold them all but never written
+    (zeros, sparse on disk)."""
+    boxes = parse_file(base)
+    ftyp = next(b for b in boxes if b.type == b"ftyp")
+    moov = next(b for b in boxes if b.type == b"moov")
+    trak = video_traks(moov)[0]
+    stbl = trak.find("mdia/minf/stbl")
+    stbl.children = [c for c in stbl.children if c.type not in (b"stss", b"ctts", b"stz2")]
+    stbl.find("stts").payload = full(0) + struct.pack(">III", 1, count, 512)
+    stbl.find("stsc").payload = full(0) + struct.pack(">IIII", 1, 1, count, 1)
+    stbl.find("stsz").payload = full(0) + struct.pack(">II", sample_size, count)
+    for b in _chunk_offset_boxes(moov):
+        write_chunk_offsets(b, [0])
+    import copy
+    moov.children = [c for c in moov.children if c is not trak]
+    for i in range(tracks):
+        t = copy.deepcopy(trak)
+        set_track_id(t, i + 1)
+        moov.children.append(t)
+    data_start = len(ftyp.serialize()) + len(moov.serialize()) + 16
+    for b in _chunk_offset_boxes(moov):
+        write_chunk_offsets(b, [data_start])
+    mdat_size = 16 + count * sample_size
+    path = Path(path)
+    with open(path, "wb") as f:
+        f.write(ftyp.serialize() + moov.serialize() + struct.pack(">I4sQ", 1, b"mdat", mdat_size))
+        f.truncate(data_start + count * sample_size)
+    return path
+
+
+def huge_moov_file(path: str | os.PathLike, base: bytes, extra: int) -> Path:
+    """A sparse file: `base` with its moov moved to the end and grown by a `free` child of `extra`
+    bytes (zeros, never written), so the moov box declares about `extra` bytes."""
+    boxes = [b for b in parse_file(base) if b.type != b"free"]
+    moov = next(b for b in boxes if b.type == b"moov")
+    boxes = [b for b in boxes if b is not moov] + [moov]
+    moov.large = True
+    moov.children.append(Box(b"free", b"", large=True))
+    head = bytearray(serialize_file(boxes))
+    moov_start = len(head) - len(moov.serialize())
+    struct.pack_into(">Q", head, moov_start + 8, len(moov.serialize()) + extra)
+    struct.pack_into(">Q", head, len(head) - 8, 16 + extra)
+    path = Path(path)
+    with open(path, "wb") as f:
+        f.write(bytes(head))
+        f.truncate(len(head) + extra)
+    return path
+
+
+def lfs_pointer(size: int = 4702) -> bytes:
+    """What a git clone without git-LFS holds where a file should be."""
+    return (b"version https://git-lfs.github.com/spec/v1\n"
+            b"oid sha256:4d7a214614ab2935c943f9e0ff69d22eadbb8f32b1258daaa5e2ca24d17e2393\n"
+            + f"size {size}\n".encode())
+
+
+def set_sample_entry_type(data: bytes, fourcc: bytes) -> bytes:
+    """The video track's first sample entry renamed to `fourcc` (its body kept)."""
+    def edit(moov: Box) -> None:
+        stsd = stbl_of(moov).find("stsd")
+        stsd.payload = stsd.payload[:12] + fourcc + stsd.payload[16:]
+    return edit_moov(data, edit)

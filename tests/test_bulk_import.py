@@ -1,4 +1,4 @@
-"""Bulk imports (issue 5): several datasets in one run, one failing, incremental skips and --force."""
+"""Bulk imports: several datasets in one run, one failing, incremental skips and --force."""
 
 from __future__ import annotations
 

@@ -1,5 +1,6 @@
-"""Conformance with the reference (mapping §0): for every corpus dataset and episodes file, our episodes
-equal spiral-sdk's `spql.lerobot.episodes` output — schema and every value, MediaIndex included.
+"""Conformance with the reference implementation: for every LeRobot-writer dataset of the project
+(tests/data/lerobot) and every one of its episodes files, our episodes equal spiral-sdk's
+`spql.lerobot.episodes` output (tests/oracle.py) — schema and every value, MediaIndex included.
 
 The `language` dataset is one the reference rejects (dtype `language`); its conformance is checked on
 a copy without the two language features, and the full import is checked in test_language_import.py.
@@ -15,11 +16,10 @@ import pyarrow.parquet as pq
 import pytest
 
 from tests.arrow_compare import rows, schema_signature
-from tests.helpers import (OracleError, copy_dataset, lerobot_corpus, read_manifest, run_import, run_oracle,
-                            spiral_available)
+from tests.helpers import (SAMPLE, OracleError, copy_dataset, lerobot_corpus, read_manifest, run_import,
+                           run_oracle, spiral_available)
 
 DATASETS = lerobot_corpus()
-pytestmark = pytest.mark.skipif(not DATASETS, reason="corpus not found (set LEROBOT_SHARED)")
 
 
 def _reference_ready(name: str, root: Path, tmp: Path) -> Path:
@@ -98,8 +98,24 @@ def test_default_layout_moves_index_to_media_index(imported, oracle_dir):
     assert table.column("size").to_pylist() == [Path(u[len("file://"):]).stat().st_size for u in uris]
 
 
-def test_oracle_is_available():
-    """Conformance needs the reference: say so loudly rather than pass by skipping everything."""
-    reason = spiral_available()
-    if reason:
-        pytest.skip(reason)
+def test_datasets_are_there():
+    """Conformance runs on every LeRobot-writer dataset of the project: none may silently go missing."""
+    assert [p.name for p in DATASETS] == ["h264_multi_file", "images_and_tensors", "language", "so101_av1"]
+
+
+def test_oracle_is_available(oracle_dir):
+    """The reference is installed (the test extra pins it) and answers on the sample with its own values."""
+    assert spiral_available() is None
+    reference = run_oracle(SAMPLE, "meta/episodes/chunk-000/file-000.parquet", oracle_dir)
+    assert reference.column_names == ["episode_index", "tasks", "length", "frames", "videos"]
+    assert reference.column("episode_index").to_pylist() == [0, 1, 2, 3]
+    assert reference.column("length").to_pylist() == [12, 9, 15, 10]
+    assert [len(f) for f in reference.column("frames").to_pylist()] == [12, 9, 15, 10]
+    assert reference.schema.field("videos").type.names == ["observation.images.front", "observation.images.wrist"]
+
+
+def test_oracle_reports_the_reference_error(oracle_dir):
+    """A dataset the reference rejects raises OracleError carrying the reference's own words."""
+    with pytest.raises(OracleError, match="unknown dtype `language`"):
+        run_oracle(next(p for p in DATASETS if p.name == "language"), "meta/episodes/chunk-000/file-000.parquet",
+                   oracle_dir)

@@ -1,4 +1,5 @@
-"""The 64 MiB rule (mapping §7): fails by default with the span; --read-in-parts imports ordered parts."""
+"""The 64 MiB rule (an episodes file may span at most 64 MiB of data files): fails by default with the span;
+--read-in-parts imports ordered parts."""
 
 from __future__ import annotations
 

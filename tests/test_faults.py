@@ -1,4 +1,4 @@
-"""Faults (issue 7): transient storage errors are retried, a retried write leaves no duplicate, a killed
+"""Faults: transient storage errors are retried, a retried write leaves no duplicate, a killed
 run rerun gives the same output, and no file outside a dataset root is ever opened."""
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from tests.helpers import REPO, corpus_path, output_files, read_errors, run_impo
 from tests.dataset_factory import DatasetSpec, edit_info, write_dataset
 from transforms import storage
 from transforms.episode import output as sink
-from transforms.messages import PartResult
+from transforms.episode.outcomes import PartResult
 
 
 @pytest.fixture()

@@ -1,13 +1,17 @@
-"""Hostile inputs (issue 7): every broken dataset of tests/hostile_datasets.py, imported end to end.
+"""Hostile inputs: every broken dataset of tests/hostile_datasets.py, imported end to end.
 
 For each case: the run exits 1; errors.jsonl has a row with the expected rule naming the file (and
 the episode where there is one) with a clear message (no traceback, no bare exception class name);
 the failed episodes files have no part and no `.tmp-` file is left; every other episodes file
-still imports; the manifest adds up. `pytest -s` prints a table of case -> outcome at the end.
+still imports; the manifest adds up; nothing inside the dataset was written. A dataset-level failure
+(info.json) is reported either once for the dataset, before its episodes files are listed, or for
+every episodes file. `pytest -s` prints a table of case -> outcome at the end. The time and memory
+each case costs are measured by tests/bench/bench_hostile_inputs.py.
 """
 
 from __future__ import annotations
 
+import os
 import re
 import signal
 import time
@@ -65,6 +69,16 @@ def _run_bounded(root: Path, out: Path, extra: tuple[str, ...]) -> int:
         signal.signal(signal.SIGALRM, previous)
 
 
+def tree_state(root: Path) -> dict[str, tuple]:
+    """(type, size, mtime) of everything under `root`, without opening anything (FIFOs, devices)."""
+    out = {}
+    for dirpath, dirnames, filenames in os.walk(root):
+        for name in dirnames + filenames:
+            st = os.lstat(os.path.join(dirpath, name))
+            out[os.path.relpath(os.path.join(dirpath, name), root)] = (st.st_mode, st.st_size, st.st_mtime_ns)
+    return out
+
+
 def _message_body(message: str) -> str:
     """The message after its "[rule] where: " prefix."""
     body = re.sub(r"^\[\w+\] ", "", message)
@@ -87,9 +101,11 @@ def test_hostile_dataset(case: HostileCase, tmp_path):
         pytest.skip(f"corpus not found at {corpus_dataset()}")
     root = build(case, tmp_path)
     out = tmp_path / "out"
+    before = tree_state(root)
     started = time.monotonic()
     status = _run_bounded(root, out, case.extra_args)
     seconds = time.monotonic() - started
+    assert tree_state(root) == before, "the import wrote inside the dataset"
 
     errors = read_errors(out)
     manifest = read_manifest(out)
@@ -104,6 +120,13 @@ def test_hostile_dataset(case: HostileCase, tmp_path):
 
     if case.kind == "empty":
         _check_empty_episodes_file(case, out, status, errors, manifest)
+        return
+    if case.kind == "imports":
+        assert status == 0 and errors == [], f"exit status {status}; errors: {errors}"
+        assert manifest["status"] == "imported"
+        assert {rel for rel, e in manifest["episodes_files"].items() if e["status"] == "imported"} == set(
+            case.episodes_files)
+        assert totals["episodes_written"] == 10 and totals["frames"] == 104, totals
         return
 
     expect = case.expect
@@ -129,7 +152,11 @@ def test_hostile_dataset(case: HostileCase, tmp_path):
 
     all_files = set(case.episodes_files)
     expected_failed = all_files if expect.failed is ALL else set(expect.failed)
-    assert set(failed) == expected_failed, f"failed {failed}, expected {sorted(expected_failed)}"
+    if expect.failed is ALL and not failed:  # reported once for the dataset, before listing its files
+        assert row["episodes_file"] is None and totals["episodes_written"] == 0, (row, totals)
+        assert totals["episodes_files"] == 0, totals
+    else:
+        assert set(failed) == expected_failed, f"failed {failed}, expected {sorted(expected_failed)}"
     for rel in all_files:
         part = out / "episodes" / rel[len("meta/episodes/"):]
         entry = manifest["episodes_files"].get(rel)

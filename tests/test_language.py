@@ -1,6 +1,6 @@
 """Language columns and recipe rendering against LeRobot's recorded behaviour.
 
-Ground truth: corpus/lerobot/language (written by LeRobot's annotation writer) and its
+Ground truth: tests/data/lerobot/language (written by LeRobot's annotation writer) and its
 expected/ outputs (LeRobot's own resolvers, render_sample and RenderMessagesStep on every frame).
 """
 
@@ -19,11 +19,12 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from transforms.language import columns as lc
-from transforms.language import recipes
+from transforms.language import recipe as rc
+from transforms.language import render, resolvers
+from transforms.language.errors import RecipeError, RenderError
 from transforms.errors import LeRobotImportError
 
-SHARED = os.environ.get("LEROBOT_SHARED", os.path.join(os.path.dirname(__file__), "..", "..", "shared"))
-ROOT = os.path.join(SHARED, "corpus", "lerobot", "language")
+ROOT = os.path.join(os.path.dirname(__file__), "data", "lerobot", "language")
 EXPECTED = os.path.join(ROOT, "expected")
 CAMERAS = {"observation.images.front", "observation.images.wrist"}
 RECIPE_NAMES = sorted(os.path.basename(p)[:-5] for p in glob.glob(os.path.join(EXPECTED, "recipes", "*.yaml")))
@@ -93,8 +94,8 @@ def test_corpus_rows_round_trip(table, columns, kind):
             assert [r["timestamp"] for r in frame_ours] == [r["timestamp"] for r in frame_disk]
     # Tool calls are stored as compact JSON with sorted keys.
     texts = [c for f in normalised.to_pylist() for r in f if r["tool_calls"] for c in r["tool_calls"]]
-    assert texts == ([] if kind == "persistent" else ['{"function":{"arguments":{"text":"Okay, switching to the blue cup."},"name":"say"},'
-                     '"type":"function"}'])
+    assert texts == ([] if kind == "persistent" else [
+        '{"function":{"arguments":{"text":"Okay, switching to the blue cup."},"name":"say"},"type":"function"}'])
 
 
 def test_canonical_column_survives_parquet(tmp_path, columns):
@@ -174,7 +175,7 @@ def test_normalise_rejects(value, message):
 
 @pytest.mark.parametrize("name", RECIPE_NAMES)
 def test_render_matches_lerobot(name, table, columns):
-    recipe = recipes.load_recipe(os.path.join(EXPECTED, "recipes", f"{name}.yaml"))
+    recipe = rc.load_recipe(os.path.join(EXPECTED, "recipes", f"{name}.yaml"))
     expected = _jsonl(f"{name}.jsonl")
     assert [x["index"] for x in expected] == table["index"].to_pylist()
     persistent, events = columns
@@ -182,7 +183,7 @@ def test_render_matches_lerobot(name, table, columns):
     for mode, key in modes.items():
         got = []
         for _, sel in _episodes(table):
-            got += recipes.render_episode(
+            got += render.render_episode(
                 recipe, persistent=persistent.take(sel), events=events.take(sel),
                 timestamps=table["timestamp"].take(sel), indices=table["index"].take(sel),
                 task=[expected[i]["task"] for i in sel], mode=mode, errors="record")
@@ -193,46 +194,67 @@ def test_render_matches_lerobot(name, table, columns):
     e_rows = lc.rows_to_python(events)
     for i, x in enumerate(expected):
         kw = dict(persistent=p_rows[i], events=e_rows[i], t=x["timestamp"], sample_idx=x["index"])
-        assert recipes.render_sample(recipe, **kw, dataset_task=x["task"]) == x["result"]
-        assert recipes.render_sample(recipe, **kw, task=x["task"]) == x["result_task"]
-        assert recipes.render_processor(recipe, **kw, task=x["task"]) == x["processor"]
+        assert render.render_sample(recipe, **kw, dataset_task=x["task"]) == x["result"]
+        assert render.render_sample(recipe, **kw, task=x["task"]) == x["result_task"]
+        assert render.render_processor(recipe, **kw, task=x["task"]) == x["processor"]
         if "weighted_component" in x:
-            assert recipes.select_component(recipe, x["index"]).name == x["weighted_component"]
+            assert render.select_component(recipe, x["index"]).name == x["weighted_component"]
 
 
 def test_summary_counts(table, columns):
-    summary = json.load(open(os.path.join(EXPECTED, "summary.json")))
-    assert summary["frames"] == table.num_rows
-    assert set(summary["recipes"]) == set(RECIPE_NAMES)
+    """LeRobot's per-recipe counts (rendered / None / errors, processor fallbacks / drops) equal ours."""
+    with open(os.path.join(EXPECTED, "summary.json")) as f:
+        summary = json.load(f)
+    assert summary["frames"] == table.num_rows == 35
+    assert sorted(summary["recipes"]) == RECIPE_NAMES == ["subtask", "subtask_joint", "subtask_mem",
+                                                          "subtask_mem_vqa_speech"]
+    persistent, events = columns
+    for name in RECIPE_NAMES:
+        recipe = rc.load_recipe(os.path.join(EXPECTED, "recipes", f"{name}.yaml"))
+        tasks = [x["task"] for x in _jsonl(f"{name}.jsonl")]
+        samples, processed = [], []
+        for _, sel in _episodes(table):
+            kw = dict(persistent=persistent.take(sel), events=events.take(sel), timestamps=table["timestamp"].take(sel),
+                      indices=table["index"].take(sel), task=[tasks[i] for i in sel], errors="record")
+            samples += render.render_episode(recipe, mode="sample", **kw)
+            processed += render.render_episode(recipe, mode="processor", **kw)
+        fallbacks = [{"messages": [{"role": "user", "content": t}], "message_streams": ["low_level"],
+                      "target_message_indices": []} for t in tasks]
+        failed = [isinstance(x, dict) and "error" in x for x in samples]
+        assert {"rendered": len(samples) - samples.count(None) - sum(failed), "none": samples.count(None),
+                "error": sum(failed), "processor_dropped": processed.count(None),
+                "processor_fallback": sum(x == f for x, f in zip(processed, fallbacks)),
+                "processor_error": sum(isinstance(x, dict) and "error" in x for x in processed)
+                } == summary["recipes"][name], name
 
 
 def test_render_episode_from_python_rows_and_errors(table, columns):
     persistent, events = columns
-    recipe = recipes.load_recipe(os.path.join(EXPECTED, "recipes", "subtask_mem_vqa_speech.yaml"))
+    recipe = rc.load_recipe(os.path.join(EXPECTED, "recipes", "subtask_mem_vqa_speech.yaml"))
     expected = _jsonl("subtask_mem_vqa_speech.jsonl")
     sel = np.flatnonzero(table["episode_index"].to_numpy() == 0)
-    got = recipes.render_episode(recipe, persistent=[r for r in np.array(lc.rows_to_python(persistent),
+    got = render.render_episode(recipe, persistent=[r for r in np.array(lc.rows_to_python(persistent),
                                                                        dtype=object)[sel]],
                                  events=[lc.rows_to_python(events)[i] for i in sel],
                                  timestamps=table["timestamp"].to_numpy()[sel], indices=sel,
                                  task="put the cup on the shelf")
     assert got == [expected[i]["processor"] for i in sel]
-    trusted = recipes.render_episode(recipe, persistent=persistent.take(sel), events=events.take(sel),
+    trusted = render.render_episode(recipe, persistent=persistent.take(sel), events=events.take(sel),
                                      timestamps=table["timestamp"].take(sel), indices=sel,
                                      task="put the cup on the shelf", persistent_validated=True)
     assert trusted == got
     with pytest.raises(ValueError, match="language columns of"):
-        recipes.render_episode(recipe, persistent=persistent.take(sel[:-1]), events=events.take(sel),
+        render.render_episode(recipe, persistent=persistent.take(sel[:-1]), events=events.take(sel),
                                timestamps=table["timestamp"].take(sel), indices=sel, task="t")
     # A binding that is ambiguous on the VQA frames (two cameras) raises like LeRobot.
-    ambiguous = recipes.TrainingRecipe.from_yaml(
+    ambiguous = rc.TrainingRecipe.from_yaml(
         "messages:\n  - {role: assistant, content: '${vqa}', stream: high_level, target: true, if_present: vqa}\n")
-    with pytest.raises(recipes.RenderError) as info:
-        recipes.render_episode(ambiguous, persistent=persistent.take(sel), events=events.take(sel),
+    with pytest.raises(RenderError) as info:
+        render.render_episode(ambiguous, persistent=persistent.take(sel), events=events.take(sel),
                                timestamps=table["timestamp"].take(sel), indices=sel, task="x")
     assert info.value.index == 1
     assert "Ambiguous resolver for style='vqa' role='assistant'" in str(info.value)
-    recorded = recipes.render_episode(ambiguous, persistent=persistent.take(sel), events=events.take(sel),
+    recorded = render.render_episode(ambiguous, persistent=persistent.take(sel), events=events.take(sel),
                                       timestamps=table["timestamp"].take(sel), indices=sel, task="x",
                                       errors="record")
     assert recorded[1] == {"error": "ValueError: Ambiguous resolver for style='vqa' role='assistant' "
@@ -241,12 +263,12 @@ def test_render_episode_from_python_rows_and_errors(table, columns):
 
 
 def test_tool_calls_from_copies_parsed_calls(columns):
-    recipe = recipes.TrainingRecipe.from_yaml(
+    recipe = rc.TrainingRecipe.from_yaml(
         "messages:\n"
         "  - {role: user, content: '${interjection}', stream: high_level, if_present: interjection}\n"
         "  - {role: assistant, stream: high_level, target: true, if_present: speech, tool_calls_from: speech}\n")
     persistent, events = columns
-    got = recipes.render_episode(recipe, persistent=persistent.slice(0, 12), events=events.slice(0, 12),
+    got = render.render_episode(recipe, persistent=persistent.slice(0, 12), events=events.slice(0, 12),
                                  timestamps=np.arange(12, dtype=np.float32) / 10, indices=range(12), task="t",
                                  mode="sample_task")
     assert got[7] == {"messages": [{"role": "user", "content": "use the blue cup instead"},
@@ -262,7 +284,7 @@ def test_tool_calls_from_copies_parsed_calls(columns):
 
 
 def _call(fn, t, p_rows, e_rows, kwargs):
-    func = recipes.RESOLVERS[fn]
+    func = resolvers.RESOLVERS[fn]
     if fn == "emitted_at":
         return func(t, persistent=p_rows, events=e_rows, **kwargs)
     return func(t, persistent=p_rows, **kwargs)
@@ -287,10 +309,10 @@ def test_resolvers_match_lerobot(columns):
         assert got == expected, call
         # The episode tables of the fast path give the same answers.
         try:
-            spec = recipes.ResolverSpec(fn=call["fn"], **call["kwargs"])
+            spec = resolvers.ResolverSpec(fn=call["fn"], **call["kwargs"])
             on_events = spec.on_events
             if not on_events and spec.fn != "emitted_at":
-                recipes._validate_persistent_resolver(spec.fn, spec.style)
+                resolvers.validate_persistent_resolver(spec.fn, spec.style)
                 if spec.fn != "active_at" and abs(spec.offset) < 1:
                     raise ValueError(f"{spec.fn} offset must be non-zero.")
         except ValueError as exc:
@@ -298,7 +320,7 @@ def test_resolvers_match_lerobot(columns):
             continue
         if on_events:
             continue
-        fast = tables.setdefault(call["episode_index"], recipes._PersistentTables(p_rows[i]))
+        fast = tables.setdefault(call["episode_index"], resolvers.PersistentTables(p_rows[i]))
         try:
             got_fast = fast.resolve(spec, call["t"])
         except ValueError as exc:
@@ -308,10 +330,10 @@ def test_resolvers_match_lerobot(columns):
 
 
 def test_parse_resolver():
-    assert recipes.parse_resolver("nth_prev(style=memory, offset=1)") == recipes.ResolverSpec(
+    assert resolvers.parse_resolver("nth_prev(style=memory, offset=1)") == resolvers.ResolverSpec(
         "nth_prev", style="memory", offset=1)
-    assert recipes.parse_resolver(' emitted_at(t, style="vqa", role=user, camera=observation.images.top) ') == \
-        recipes.ResolverSpec("emitted_at", style="vqa", role="user", camera="observation.images.top")
+    assert resolvers.parse_resolver(' emitted_at(t, style="vqa", role=user, camera=observation.images.top) ') == \
+        resolvers.ResolverSpec("emitted_at", style="vqa", role="user", camera="observation.images.top")
     for bad, message in [("active_at(t)", "active_at requires a persistent style."),
                          ("active_at(t, style=vqa)", "cannot be used with event-only style 'vqa'"),
                          ("emitted_at(t, style=bogus)", "Unknown language style: 'bogus'"),
@@ -319,8 +341,8 @@ def test_parse_resolver():
                          ("at(t)", "Unknown language resolver"), ("active_at", "Invalid resolver expression"),
                          ("active_at(t, subtask)", "Invalid resolver argument"),
                          ("active_at(t, style=plan, offset=1)", "unexpected keyword argument 'offset'")]:
-        with pytest.raises(recipes.RecipeError, match=message.replace("(", r"\(").replace(")", r"\)")):
-            recipes.parse_resolver(bad)
+        with pytest.raises(RecipeError, match=message.replace("(", r"\(").replace(")", r"\)")):
+            resolvers.parse_resolver(bad)
 
 
 @pytest.mark.parametrize("yaml_text,message", [
@@ -347,8 +369,8 @@ def test_parse_resolver():
      "Unknown language style: 'x'"),
 ])
 def test_recipe_validation(yaml_text, message):
-    with pytest.raises(recipes.RecipeError) as info:
-        recipes.TrainingRecipe.from_yaml(yaml_text)
+    with pytest.raises(RecipeError) as info:
+        rc.TrainingRecipe.from_yaml(yaml_text)
     assert message in str(info.value)
 
 
@@ -503,13 +525,13 @@ _event_row = st.one_of(
 def test_episode_path_equals_reference(persistent_rows, events, start, recipe_name, mode, vary):
     """`vary` gives frames different persistent lists (invalid data, but it must still render
     like LeRobot does)."""
-    recipe = recipes.load_recipe(os.path.join(EXPECTED, "recipes", f"{recipe_name}.yaml"))
+    recipe = rc.load_recipe(os.path.join(EXPECTED, "recipes", f"{recipe_name}.yaml"))
     n = len(events)
     ts = (np.arange(n, dtype=np.float32) / np.float32(10)).astype(np.float32)
     p_frames = [persistent_rows[: i % (len(persistent_rows) + 1)] if vary else persistent_rows for i in range(n)]
     p_col = lc.column_from_python(p_frames, "persistent")
     e_col = lc.column_from_python(events, "events")
-    got = recipes.render_episode(recipe, persistent=p_col, events=e_col, timestamps=ts,
+    got = render.render_episode(recipe, persistent=p_col, events=e_col, timestamps=ts,
                                  indices=range(start, start + n), task="the task", mode=mode, errors="record")
     p_py = lc.rows_to_python(p_col)
     e_py = lc.rows_to_python(e_col)
@@ -517,11 +539,11 @@ def test_episode_path_equals_reference(persistent_rows, events, start, recipe_na
         kw = dict(persistent=p_py[i], events=e_py[i], t=float(ts[i]), sample_idx=start + i)
         try:
             if mode == "processor":
-                want = recipes.render_processor(recipe, **kw, task="the task")
+                want = render.render_processor(recipe, **kw, task="the task")
             elif mode == "sample":
-                want = recipes.render_sample(recipe, **kw, dataset_task="the task")
+                want = render.render_sample(recipe, **kw, dataset_task="the task")
             else:
-                want = recipes.render_sample(recipe, **kw, task="the task")
+                want = render.render_sample(recipe, **kw, task="the task")
         except ValueError as exc:
             want = {"error": f"ValueError: {exc}"}
         assert got[i] == want, i

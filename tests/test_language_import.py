@@ -1,16 +1,16 @@
-"""The `language` corpus dataset imports with typed language fields (mapping §8), every row round-tripping."""
+"""The `language` dataset (written by LeRobot) imports with typed language fields, every row round-tripping."""
 
 from __future__ import annotations
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from tests.helpers import copy_dataset, corpus_path, read_errors, read_part, run_import
+from tests.helpers import copy_dataset, lerobot_dataset, read_errors, read_part, run_import
 from transforms.language import columns as language_columns
 
 
 def test_language_dataset_imports_typed(tmp_path):
-    root = corpus_path("lerobot", "language")
+    root = lerobot_dataset("language")
     out = tmp_path / "out"
     assert run_import(root, out) == 0, read_errors(out)
     part = read_part(out)
@@ -38,7 +38,7 @@ def test_language_dataset_imports_typed(tmp_path):
 
 def test_language_rule_fails_the_episodes_file(tmp_path):
     """A vqa row naming a camera the dataset does not have fails its episode with a clear error."""
-    root = copy_dataset(corpus_path("lerobot", "language"), tmp_path / "language")
+    root = copy_dataset(lerobot_dataset("language"), tmp_path / "language")
     path = root / "data" / "chunk-000" / "file-000.parquet"
     table = pq.read_table(path)
     events = table.column("language_events").to_pylist()

@@ -99,3 +99,45 @@ def test_sibling_output_is_accepted(tmp_path):
     out = tmp_path / "so101-import"  # shares a name prefix with the dataset, but is not inside it
     assert run_import(root, out) == 0
     assert read_manifest(out)["totals"]["episodes_written"] == 4
+
+
+@pytest.mark.parametrize("dataset, output", [
+    ("gs://bkt/datasets/so101", "gs://bkt/datasets/so101/meta"),
+    ("gs://bkt/datasets/so101", "gs://bkt/datasets/so101/"),
+    ("s3://bkt/ds", "s3://bkt/ds/new/sub"),
+    ("gs://bkt/out/episodes/so101", "gs://bkt/out"),
+])
+def test_object_store_overlap_is_refused_before_any_request(dataset, output):
+    """The placement check is pure on object stores: refused before a single request is made."""
+    with pytest.raises(SystemExit) as raised:
+        run_import(dataset, output)
+    message = str(raised.value)
+    assert "never writes inside its input" in message or "inside the output" in message, message
+
+
+def test_memory_output_inside_memory_dataset_is_refused():
+    import fsspec
+    fs = fsspec.filesystem("memory")
+    fs.put(str(SAMPLE) + "/", "/safety/so101", recursive=True)
+    try:
+        before = {p: fs.cat_file(p) for p in fs.find("/safety")}
+        assert "/safety/so101/meta/info.json" in before
+        with pytest.raises(SystemExit) as raised:
+            run_import("memory://safety/so101", "memory://safety/so101/meta/episodes")
+        assert "never writes inside its input" in str(raised.value)
+        assert {p: fs.cat_file(p) for p in fs.find("/safety")} == before
+    finally:
+        fs.rm("/safety", recursive=True)
+
+
+def test_sibling_memory_output_is_accepted():
+    import fsspec
+    fs = fsspec.filesystem("memory")
+    fs.put(str(SAMPLE) + "/", "/sibling/so101", recursive=True)
+    try:
+        assert run_import("memory://sibling/so101", "memory://sibling/so101-out") == 0
+        assert fs.exists("/sibling/so101-out/manifest.json")
+        assert not [p for p in fs.find("/sibling/so101") if "episodes/chunk-000/file-000.parquet" in p
+                    and not p.startswith("/sibling/so101/meta/")]
+    finally:
+        fs.rm("/sibling", recursive=True)

@@ -1,4 +1,5 @@
-"""Parallel workers and reruns give the same files (issue: DirectRunner multi_processing, idempotence)."""
+"""Parallel workers and reruns give the same files (DirectRunner multi_processing; a rerun into the same
+output is idempotent)."""
 
 from __future__ import annotations
 

@@ -31,7 +31,8 @@ from tests.helpers import corpus_path, run_import
 from transforms.episode import spql_types  # noqa: F401  (registers spql.* for Parquet reads)
 from transforms.reader.import_reader import Episode, ImportReader
 from transforms.read_episodes import ReadImportedEpisodes
-from transforms.reader.seek import FsspecRangeReader, ReaderError
+from transforms.mp4 import ranges
+from transforms.reader.seek import ReaderError
 
 CORPUS_DATASETS = ["so101_av1", "language", "h264_multi_file", "images_and_tensors"]
 VIDEO_DATASETS = ["so101_av1", "language", "h264_multi_file", "hevc_open_gop"]
@@ -150,16 +151,27 @@ def top_level_boxes(path: str) -> dict[bytes, tuple[int, int]]:
     return out
 
 
-class RecordingReader(FsspecRangeReader):
-    """The default fsspec range reader, remembering every range it fetched."""
+class Recorder:
+    """Opens video files as the reader does (`ranges.open_uri`), counting every read in one `stats` and
+    remembering every range fetched."""
 
     def __init__(self) -> None:
-        super().__init__()
+        self.stats = ranges.ReadStats()
         self.ranges: list[tuple[str, int, int]] = []
 
-    def read_ranges(self, uri, starts, ends):
-        self.ranges.extend((uri, s, e) for s, e in zip(starts, ends))
-        return super().read_ranges(uri, starts, ends)
+    def __call__(self, uri: str) -> ranges.RangeReader:
+        src = ranges.open_uri(uri, stats=self.stats)
+        read = src.read_ranges
+
+        def recorded(starts, ends):
+            self.ranges.extend((uri, s, e) for s, e in zip(starts, ends))
+            return read(starts, ends)
+        src.read_ranges = recorded
+        return src
+
+    @property
+    def bytes_read(self) -> int:
+        return self.stats.bytes_read
 
 
 @pytest.mark.parametrize("name", VIDEO_DATASETS)
@@ -176,8 +188,8 @@ def test_seek_reads_only_its_closure(imported, name, monkeypatch):
         return data
 
     monkeypatch.setattr(local, "cat_file", counting_cat_file)
-    recorder = RecordingReader()
-    reader = ImportReader(str(default), reader=recorder)
+    recorder = Recorder()
+    reader = ImportReader(str(default), open_file=recorder)
     for ep in reader:
         for camera in ep.cameras:
             video = ep.video(camera)
@@ -286,8 +298,9 @@ def test_episode_lookup_reads_one_row_group(tmp_path):
     ep = reader.episode(130)
     assert ep.episode_index == 130 and reader.row_groups_read == 1
     assert ep["index"].tolist() == [260, 261]
-    with pytest.raises(ReaderError, match="episode 150 is not in the import"):
+    with pytest.raises(ReaderError, match="episode 150 is not in the import") as ex:
         reader.episode(150)
+    assert str(ex.value).endswith(": episodes 0-149 are")
 
 
 def test_reader_without_manifest(imported, tmp_path):

@@ -1,5 +1,5 @@
-"""Recipe rendering over an import (issue 6): the Beam transform and `lerobot-import render`, checked
-against LeRobot's recorded RenderMessagesStep output for every frame of the `language` corpus dataset."""
+"""Recipe rendering over an import: the Beam transform and `lerobot-import render`, checked against
+LeRobot's recorded RenderMessagesStep output for every frame of the `language` dataset."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
-from tests.helpers import corpus_path, run_import
-from transforms.language import recipes
+from tests.helpers import lerobot_dataset, run_import
+from transforms.language.recipe import load_recipe
 from transforms.reader.import_reader import ImportReader
 from transforms.render_samples import load_tasks, render_episode_samples
 
@@ -20,7 +20,7 @@ RECIPES = ("subtask", "subtask_mem", "subtask_joint", "subtask_mem_vqa_speech")
 
 @pytest.fixture(scope="module")
 def imported(tmp_path_factory):
-    root = corpus_path("lerobot", "language")
+    root = lerobot_dataset("language")
     out = tmp_path_factory.mktemp("lang") / "out"
     assert run_import(root, out) == 0
     return root, out
@@ -34,9 +34,10 @@ def _expected(root: Path, name: str) -> dict[int, dict]:
 @pytest.mark.parametrize("name", RECIPES)
 def test_rendered_samples_equal_lerobot_processor(imported, name):
     root, out = imported
-    recipe = recipes.load_recipe(root / "expected" / "recipes" / f"{name}.yaml")
+    recipe = load_recipe(root / "expected" / "recipes" / f"{name}.yaml")
     tasks = load_tasks("file://" + str(root))
-    samples = {s["index"]: s for ep in ImportReader(str(out)) for s in render_episode_samples(ep, recipe, tasks)}
+    samples = {s["index"]: s for ep in ImportReader(str(out))
+               for s in render_episode_samples(ep, recipe, tasks).samples}
     expected = _expected(root, name)
     kept = {i for i, row in expected.items() if row["processor"] is not None}
     assert set(samples) == kept and kept

@@ -1,4 +1,4 @@
-"""One test per rule of mapping §6 (those that need no MP4), on dataset variants made here.
+"""One test per dataset rule that needs no MP4, on dataset variants made here.
 
 Each checks: the run exits non-zero; errors.jsonl names the rule, the file and the episode; the
 failed episodes file has no part; the other episodes file still imports; the manifest adds up.

@@ -45,7 +45,8 @@ def test_reference_accepts_and_import_matches(case, tmp_path, oracle_dir):
 
     # The files follow LeRobot's layout: consecutive global index, running timestamps, keyframes at
     # every episode start, moov where asked.
-    episodes = [r for p in sorted((root / "meta" / "episodes").rglob("*.parquet")) for r in pq.read_table(p).to_pylist()]
+    episodes_files = sorted((root / "meta" / "episodes").rglob("*.parquet"))
+    episodes = [r for p in episodes_files for r in pq.read_table(p).to_pylist()]
     assert [e["episode_index"] for e in episodes] == list(range(params["episodes"]))
     data = [pq.read_table(p) for p in sorted((root / "data").rglob("*.parquet"))]
     assert [i for t in data for i in t.column("index").to_pylist()] == list(range(sum(lengths)))

@@ -1,4 +1,5 @@
-"""A real user-recorded dataset whose MP4s were not published (corpus third_party/record-test)."""
+"""A real user-recorded dataset whose MP4s were not published (third_party/record-test, outside the project:
+these tests skip, naming the folder, when it is absent)."""
 
 from __future__ import annotations
 
@@ -8,13 +9,13 @@ import numpy as np
 import pyarrow.parquet as pq
 
 from tests.arrow_compare import rows, schema_signature
-from tests.helpers import OracleError, copy_dataset, corpus_path, read_errors, read_part, run_import, run_oracle
+from tests.helpers import OracleError, copy_dataset, read_errors, read_part, run_import, run_oracle, third_party_path
 
 EPISODES = "meta/episodes/chunk-000/file-000.parquet"
 
 
 def test_missing_videos_fail_naming_the_expected_file(tmp_path):
-    root = corpus_path("third_party", "record-test")
+    root = third_party_path("record-test")
     out = tmp_path / "out"
     assert run_import(root, out) == 1
     errors = read_errors(out)
@@ -29,7 +30,7 @@ def test_missing_videos_fail_naming_the_expected_file(tmp_path):
 
 
 def _frames_only_copy(tmp_path):
-    copy = copy_dataset(corpus_path("third_party", "record-test"), tmp_path / "record-test")
+    copy = copy_dataset(third_party_path("record-test"), tmp_path / "record-test")
     info = json.loads((copy / "meta" / "info.json").read_text())
     info["features"] = {k: v for k, v in info["features"].items() if v["dtype"] != "video"}
     (copy / "meta" / "info.json").write_text(json.dumps(info, indent=4))
@@ -60,6 +61,6 @@ def test_frames_read_correctly_without_videos(tmp_path, oracle_dir):
 def test_skip_videos_option_imports_the_frames(tmp_path):
     """--skip-videos imports the same episodes as the copy without video features."""
     out_skip, out_copy = tmp_path / "skip", tmp_path / "copy"
-    assert run_import(corpus_path("third_party", "record-test"), out_skip, "--skip-videos") == 0
+    assert run_import(third_party_path("record-test"), out_skip, "--skip-videos") == 0
     assert run_import(_frames_only_copy(tmp_path), out_copy) == 0
     assert read_part(out_skip).equals(read_part(out_copy))

@@ -10,7 +10,37 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Optional
 
-#: rule id -> what it means (mapping §6, §7, §8); the id is what errors.jsonl's `rule` holds.
+#: A message longer than this is cut (with the number of characters left out): values quoted from a
+#: hostile dataset (a megabyte-long template, a 5,000-digit number) must not make megabyte-long records.
+MAX_MESSAGE_CHARS = 4000
+#: A `file` longer than this cannot be a real path (PATH_MAX is 4096 on Linux) and is cut the same way.
+MAX_FILE_CHARS = 4096
+#: A value quoted inside a message (`quote`) keeps at most this many characters.
+MAX_QUOTED_CHARS = 200
+
+
+def shorten(text: str, limit: int) -> str:
+    """`text`, or its first `limit` characters and how many more there were. Idempotent: a text it
+    already cut (at most `limit` + the note) is returned as it is."""
+    if len(text) <= limit + 64:
+        return text
+    return f"{text[:limit]}… ({len(text) - limit} more characters)"
+
+
+def quote(value: Any, limit: int = MAX_QUOTED_CHARS) -> str:
+    """`repr(value)` for a message, cut to `limit` characters: dataset values can be arbitrarily long."""
+    if isinstance(value, int) and not isinstance(value, bool) and value.bit_length() > 640:
+        return f"a {value.bit_length()}-bit integer"  # repr would print (or refuse) thousands of digits
+    if isinstance(value, str) and len(value) > limit:
+        return f"{value[:limit]!r}… ({len(value) - limit} more characters)"
+    try:
+        text = repr(value)
+    except ValueError:  # e.g. a list holding an integer of more than 4,300 digits
+        return f"a {type(value).__name__} too large to print"
+    return text if len(text) <= limit else f"{text[:limit]}… ({len(text) - limit} more characters)"
+
+
+#: rule id -> what it means; the id is what errors.jsonl's `rule` holds.
 RULES: dict[str, str] = {
     "info_json": "meta/info.json is missing or is not a JSON object",
     "codebase_version": "codebase_version must be v3.x (v3.0)",
@@ -32,6 +62,7 @@ RULES: dict[str, str] = {
     "data_file": "a data file is not readable Parquet",
     "mp4_structure": "an MP4 has no ftyp or moov, is truncated, or has a box larger than its parent",
     "mp4_track": "an MP4 has no supported H.264, H.265 or AV1 video track",
+    "mp4_limits": "an MP4 passes a limit on its moov size, sample count, box count or range requests (named)",
     "data_span": "an episodes file spans more than the data-file byte limit (64 MiB rule)",
     "episode_order": "episodes of an episodes file are not in increasing episode_index order, or overlap",
     "duplicate_episode": "an episode_index appears more than once in the dataset's episodes files",
@@ -41,7 +72,13 @@ RULES: dict[str, str] = {
     "internal": "the importer met an unexpected error (a bug): the element failed, the run went on",
     "accounting": "episodes read do not equal episodes written plus episodes failed",
     "io": "reading or writing storage failed",
+    "recipe": "a training recipe cannot be read (size, YAML, anchors, nesting) or breaks LeRobot's recipe rules",
+    "render": "a frame cannot be rendered with the recipe (LeRobot raises for it, e.g. an ambiguous resolver)",
     "lfs_pointer": "a file is a git-LFS pointer instead of its content",
+    "dataset_root": "the dataset root does not exist or is not a folder",
+    "url": "a URL names a filesystem that is unknown or not installed, or chains filesystems with `::`",
+    "not_a_file": "a dataset path names a FIFO, device, socket or folder where a regular file must be",
+    "limit": "a file or a value passes a limit that bounds the import's memory and time (named in the message)",
 }
 
 
@@ -53,10 +90,11 @@ class LeRobotImportError(Exception):
                  episodes_file: Optional[str] = None) -> None:
         if rule not in RULES:
             raise ValueError(f"unknown rule id {rule!r}")
+        message = shorten(str(message), MAX_MESSAGE_CHARS)
         super().__init__(message)
         self.rule = rule
         self.message = message
-        self.file = file
+        self.file = shorten(file, MAX_FILE_CHARS) if isinstance(file, str) else file
         self.episode_index = episode_index
         self.dataset = dataset
         self.episodes_file = episodes_file

@@ -1,75 +1,235 @@
-"""ImportLeRobotDatasets: the Beam story of an import, and the thin DoFns it is told with.
+"""ImportLeRobotDatasets: the Beam story of an import, in six steps.
 
-    datasets ─► episodes files ─► reshuffle ─► plan each file: parts of whole episodes, one small
-                                               work item per episode (paths and ranges, no data)
-       work items ─► group by MP4 ─► read each moov once ─► clip facts (+ MediaIndex) per file
-       part plans + clip facts ─► group by part ─► read the part's data-file slices (only the row
-                                   groups it needs; open files reused per worker) ─► write the part
-                                   under a temporary name
-       parts ─► group by episodes file ─► move all parts into place, or none
-       outcomes ─► per dataset: errors.jsonl + manifest.json
+    dataset roots
+      ─► CheckDatasets       skip an unchanged dataset; list its episodes files (or fail it as a whole)
+      ─► PlanEpisodesFiles   read each episodes file: parts of whole episodes, their MP4 uses, the
+                             dataset-wide duplicate check, and quirks worth a warning
+      ─► ReadMp4Facts        read each MP4's moov once: its facts for every part that uses it, and
+                             the media_index/ table
+      ─► WriteParts          per part: read only the data-file row groups its episodes need, type
+                             the frames, write the part under a temporary name
+      ─► CommitEpisodesFiles per episodes file: move all its parts into place, or none
+      ─► FinishDatasets      per dataset: errors.jsonl and manifest.json
 
-Only small elements cross a shuffle; frames are read where they are written. Every failure travels
-as data (a FailureRecord), so one bad episodes file never stops the others.
+Only small elements cross a shuffle (paths, ranges, ids, MP4 facts); frames are read where they are
+written. Every failure travels as data (a FailureRecord), so one bad episodes file never stops the
+others, and every step turns an unexpected exception into a record too (`transforms.safety_net`).
 """
 
 from __future__ import annotations
 
 import json
 import logging
-from collections import OrderedDict
-from typing import Iterable, Iterator, Optional
+from typing import Iterable, Iterator, NamedTuple, Optional, Sequence
 
 import apache_beam as beam
-from apache_beam.metrics import Metrics
 
 from transforms import storage
-from transforms.lerobot import data_files
-from transforms.lerobot import fingerprint as dataset_fingerprint
+from transforms.episode import paths, quirks
+from transforms.episode.outcomes import failed_file
+from transforms.episode.quirks import ClipSpan
+from transforms.errors import LeRobotImportError
 from transforms.lerobot import episodes_files as episodes_metadata
-from transforms.episode import output as sink
-from transforms import media_files
-from transforms.lerobot.info import INDEXED_CODECS
-from transforms.errors import FailureRecord, LeRobotImportError
-from transforms.messages import (FileOutcome, ImportConfig, PartHeader, PartResult,
-                                    episodes_file_uris, error_record, failed_file, load_info)
-from transforms.episode.paths import output_part_path
+from transforms.lerobot import fingerprint as dataset_fingerprint
+from transforms.lerobot.dataset import check_dataset, list_episodes_files
+from transforms.lerobot.info import EPISODES_DIR, DatasetInfo
+from transforms.media_files import ReadMp4Facts
+from transforms.messages import (ClipUse, DatasetReport, FileInputs, ImportConfig, PartHeader, PartInputs, error_record,
+                                 internal_record, load_info)
+from transforms.safety_net import NAMESPACE, counter, guarded
+from transforms.write_outputs import CommitEpisodesFiles, FinishDatasets, WriteParts
+
+__all__ = ["NAMESPACE", "ImportLeRobotDatasets", "CheckDatasets", "PlanEpisodesFiles"]
 
 _LOG = logging.getLogger(__name__)
-NAMESPACE = "lerobot_import"
 
 
-def _counter(name: str):
-    return Metrics.counter(NAMESPACE, name)
+class ImportLeRobotDatasets(beam.PTransform):
+    """Import LeRobot v3 datasets into `config`'s outputs.
+
+    Args:
+        config: the run's configuration: each dataset's output root and the import options.
+
+    Input: a PCollection of dataset root URIs. Returns: the PCollection of manifests (dicts), one per
+    dataset imported; a dataset skipped as up to date has none.
+    """
+
+    def __init__(self, config: ImportConfig) -> None:
+        super().__init__()
+        self._config = config
+
+    def expand(self, roots):
+        config = self._config
+        datasets = roots | "CheckDatasets" >> CheckDatasets(config)
+        plans = datasets.episodes_files | "PlanEpisodesFiles" >> PlanEpisodesFiles(config)
+        mp4s = plans.clip_uses | "ReadMp4Facts" >> ReadMp4Facts(config)
+        parts = ((plans.to_parts, mp4s.to_parts)
+                 | "ToParts" >> beam.Flatten()
+                 | "WriteParts" >> WriteParts(config))
+        files = ((parts, plans.to_files)
+                 | "ToEpisodesFiles" >> beam.Flatten()
+                 | "CommitEpisodesFiles" >> CommitEpisodesFiles(config))
+        return ((datasets.reports, plans.reports, mp4s.reports, files)
+                | "ToDatasets" >> beam.Flatten()
+                | "FinishDatasets" >> FinishDatasets(config))
 
 
-class ListEpisodesFiles(beam.DoFn):
-    """dataset root -> (root, episodes file relative path), one per `meta/episodes/*/*.parquet`."""
+# ---- CheckDatasets -----------------------------------------------------------------------------
 
+
+class CheckedDatasets(NamedTuple):
+    """The datasets to import."""
+
+    episodes_files: beam.PCollection  # (root, episodes file): the episodes files of those datasets
+    reports: beam.PCollection  # (root, DatasetReport): each dataset imported (its fingerprint), or why it
+    #                            failed before its episodes files were read
+
+
+class CheckDatasets(beam.PTransform):
+    """Decide which datasets to import and list their episodes files.
+
+    A dataset whose last import succeeded with the same options from the same files is skipped (it
+    appears in no output); `--force` imports it anyway. The others are checked as a person would (the
+    root exists, holds meta/info.json, which parses, says v3.x, and episodes files are listed). A
+    dataset that fails before any episodes file is found (no root, no episodes files, v2.x, an
+    unexpected error) fails as a whole: one failure, "0 episodes files".
+
+    Args:
+        config: the run's configuration.
+
+    Input: dataset root URIs. Returns: `CheckedDatasets`.
+    """
+
+    def __init__(self, config: ImportConfig) -> None:
+        super().__init__()
+        self._config = config
+
+    def expand(self, roots):
+        checked = roots | "Check" >> guarded(_CheckDataset(self._config), "reports", main="episodes_files")
+        bugs = checked.bad | "CheckBugs" >> beam.Map(_check_bug)
+        return CheckedDatasets(checked.episodes_files, (checked.reports, bugs) | "CheckReports" >> beam.Flatten())
+
+
+class _CheckDataset(beam.DoFn):
     def __init__(self, config: ImportConfig) -> None:
         self._config = config
 
+    def setup(self) -> None:
+        self._skipped = counter("datasets_skipped")
+
     def process(self, root: str) -> Iterator:
+        source = _fingerprint(root)
+        if source is not None and not self._config.force and self._up_to_date(root, source):
+            self._skipped.inc()
+            return
+        yield beam.pvalue.TaggedOutput("reports", (root, DatasetReport(sources=(source,))))
         try:
-            uris = episodes_file_uris(root)
-        except OSError as ex:
-            uris, err = [], LeRobotImportError("io", f"cannot list the episodes files: {ex}", file="meta/episodes")
-        else:
-            err = LeRobotImportError("episodes_file", "the dataset has no meta/episodes/*/*.parquet files",
-                                     file="meta/episodes") if not uris else None
-        if err is not None:
-            rec = error_record(err, dataset=root, episodes_file=None)
-            yield beam.pvalue.TaggedOutput("outcomes", failed_file(root, "meta/episodes", (), [rec]))
-        for uri in uris:
-            yield root, storage.relative_to(root, uri)
+            files = episodes_files(root, skip_videos=self._config.skip_videos)
+        except LeRobotImportError as ex:
+            # A dataset whose episodes files can be listed still has each of them planned: planning
+            # meets the same cause in info.json and fails each file with every one of its episodes
+            # accounted for. Without any, the dataset fails as a whole ("0 episodes files").
+            files = _listed_anyway(root)
+            if not files:
+                failure = error_record(ex, dataset=root, episodes_file=None)
+                yield beam.pvalue.TaggedOutput("reports", (root, DatasetReport(failures=(failure,))))
+                return
+        for rel in files:
+            yield root, rel
+
+    def _up_to_date(self, root: str, source: dataset_fingerprint.Fingerprint) -> bool:
+        raw = storage.optional_read(storage.join(self._config.output_of(root), paths.MANIFEST))
+        try:
+            previous = json.loads(raw) if raw else None
+        except ValueError:
+            return False  # an unreadable manifest is no proof of anything: import again
+        if not isinstance(previous, dict) or not dataset_fingerprint.up_to_date(
+                previous, source, self._config.output_options()):
+            return False
+        _LOG.info("%s is unchanged since its import of %s: skipped (--force redoes it)", root,
+                  previous.get("finished_at"))
+        return True
 
 
-class PlanEpisodesFile(beam.DoFn):
-    """(root, episodes file) -> part headers (main), the MP4s each part uses ("video_uses"), the
-    episode ids for the dataset-wide duplicate check ("episode_ids"), or a failed outcome.
+def _fingerprint(root: str) -> Optional[dataset_fingerprint.Fingerprint]:
+    try:
+        return dataset_fingerprint.fingerprint(root)
+    except OSError as ex:
+        _LOG.warning("cannot list %s (%s); importing it anyway", root, ex)
+        return None
 
-    Per episode only a few small tuples leave this step; the full rows travel once, in the part's header."""
 
+def episodes_files(root: str, *, skip_videos: bool = False) -> tuple[str, ...]:
+    """The episodes files of a dataset (relative to its root, sorted), once the dataset-level checks pass:
+    the root exists, holds a meta/info.json that parses, of codebase version v3.x, listing episodes.
+
+    Raises:
+        LeRobotImportError: the first check that fails (or rule `io` when storage cannot be listed).
+    """
+    try:
+        return check_dataset(root, skip_videos=skip_videos).episodes_files
+    except OSError as ex:
+        raise LeRobotImportError("io", f"cannot list the dataset's files: {ex}", file=EPISODES_DIR) from None
+
+
+def _listed_anyway(root: str) -> tuple[str, ...]:
+    """The episodes files of a dataset that failed its checks, or () when there are none to list."""
+    try:
+        return list_episodes_files(root)
+    except (OSError, LeRobotImportError):
+        return ()
+
+
+def _check_bug(bad) -> tuple[str, DatasetReport]:
+    root, exc_info = bad
+    _LOG.error("checking %s failed unexpectedly: %s", root, exc_info[1])
+    return root, DatasetReport(failures=(internal_record(exc_info, dataset=root, episodes_file=None),))
+
+
+# ---- PlanEpisodesFiles -------------------------------------------------------------------------
+
+
+class PlannedFiles(NamedTuple):
+    """What planning the episodes files tells the other steps, keyed for where each goes."""
+
+    to_parts: beam.PCollection  # (part key, PartInputs): each part's header, for its writer
+    clip_uses: beam.PCollection  # ((root, MP4), ClipUse): for the MP4 step
+    to_files: beam.PCollection  # ((root, episodes file), FileInputs): an episode listed twice fails its files
+    reports: beam.PCollection  # (root, DatasetReport): files that failed in planning; clips ending short
+
+
+class PlanEpisodesFiles(beam.PTransform):
+    """Read each episodes file and plan its parts: whole episodes in row order, each part spanning at
+    most the data-span limit with `--read-in-parts` (else one part, or the data_span error).
+
+    Per episode only a few small values leave this step; its full row travels once, in its part's
+    header. An episode_index listed by several rows of the dataset's episodes files fails each of
+    those files (rule `duplicate_episode`).
+
+    Args:
+        config: the run's configuration.
+
+    Input: (root, episodes file). Returns: `PlannedFiles`.
+    """
+
+    def __init__(self, config: ImportConfig) -> None:
+        super().__init__()
+        self._config = config
+
+    def expand(self, episodes_files):
+        planned = (episodes_files
+                   | "Spread" >> beam.Reshuffle()
+                   | "Plan" >> guarded(_PlanEpisodesFile(self._config), "clip_uses", "episode_ids", "reports",
+                                       main="to_parts"))
+        bugs = planned.bad | "PlanBugs" >> beam.Map(_plan_bug)
+        duplicates = (planned.episode_ids
+                      | "GroupByEpisodeIndex" >> beam.GroupByKey()
+                      | "FindDuplicates" >> beam.FlatMapTuple(duplicate_episodes))
+        reports = (planned.reports, bugs) | "PlanReports" >> beam.Flatten()
+        return PlannedFiles(planned.to_parts, planned.clip_uses, duplicates, reports)
+
+
+class _PlanEpisodesFile(beam.DoFn):
     def __init__(self, config: ImportConfig) -> None:
         self._config = config
 
@@ -96,319 +256,61 @@ class PlanEpisodesFile(beam.DoFn):
         except LeRobotImportError as ex:
             episodes = episodes_metadata.episode_indices(raw) if raw is not None else ()
             outcome = failed_file(root, rel, episodes, [error_record(ex, dataset=root, episodes_file=rel)])
-            _counter("errors").inc(len(outcome.failures))
-            yield beam.pvalue.TaggedOutput("outcomes", outcome)
+            yield beam.pvalue.TaggedOutput("reports", (root, DatasetReport(outcomes=(outcome,))))
             return
-        by_position = {r.position: r for r in rows}
-        codecs = tuple(f.video_codec for f in info.video_features)
-        for plan in parts:
-            key = (root, rel, plan.part)
-            part_rows = tuple(by_position[p] for p in plan.positions)
-            yield key, ("plan", PartHeader(root, rel, plan, len(parts), part_rows))
-            uses: dict[str, tuple] = {}
-            for row in part_rows:
-                yield beam.pvalue.TaggedOutput("episode_ids", ((root, row.episode_index), rel))
-                for video, codec in zip(row.videos, codecs):
-                    uses.setdefault(video.file, (key, codec, row.episode_index))
-            for file, use in uses.items():  # one use per (MP4, part), naming the part's first episode in it
-                yield beam.pvalue.TaggedOutput("video_uses", ((root, file), use))
+        yield from _plan_messages(root, rel, info, rows, parts)
 
 
-class ReadVideoFiles(beam.DoFn):
-    """(MP4, the parts that use it) -> (part key, ("video", path, VideoFile)) for each part, or failures.
-
-    The file's facts (size, MediaIndex from its moov) are read once, whatever the number of episodes."""
-
-    def __init__(self, config: ImportConfig) -> None:
-        self._config = config
-
-    def process(self, element: tuple[tuple[str, str], Iterable[tuple]]) -> Iterator:
-        (root, rel), uses = element
-        uses = list(uses)
-        first_episode = {}
-        for key, _, episode in uses:
-            first_episode[key] = min(episode, first_episode.get(key, episode))
-        part_keys = sorted(first_episode)
-        build_index = any(codec in INDEXED_CODECS for _, codec, _ in uses)
-        try:
-            facts = media_files.read_video_file(storage.dataset_file(root, rel), rel, build_index=build_index)
-        except LeRobotImportError as ex:
-            _counter("errors").inc()
-            for key in part_keys:
-                failure = LeRobotImportError(ex.rule, ex.message, file=ex.file, episode_index=first_episode[key])
-                yield key, ("failure", error_record(failure, dataset=root, episodes_file=key[1]))
-            return
-        _counter("mp4_files").inc()
-        _counter("mp4_bytes_read").inc(facts.bytes_read)
-        _counter("mp4_read_requests").inc(facts.requests)
-        video_file = facts.video_file(inline_index=self._config.inline_index)
-        for key in part_keys:
-            yield key, ("video", rel, video_file)
-        if facts.index is not None and not self._config.inline_index:
-            yield beam.pvalue.TaggedOutput("index_rows", (root, facts.uri, facts.size, facts.index))
+def _plan_messages(root: str, rel: str, info: DatasetInfo, rows: Sequence[episodes_metadata.EpisodeRow],
+                   parts: Sequence[episodes_metadata.PartPlan]) -> Iterator:
+    """Per part: its header (main), its clip uses per MP4, its episode ids; then the file's warnings."""
+    by_position = {r.position: r for r in rows}
+    for plan in parts:
+        key = (root, rel, plan.part)
+        part_rows = tuple(by_position[p] for p in plan.positions)
+        yield key, PartInputs(headers=(PartHeader(root, rel, plan, len(parts), part_rows),))
+        for row in part_rows:
+            yield beam.pvalue.TaggedOutput("episode_ids", ((root, row.episode_index), rel))
+        for mp4, use in clip_uses(key, part_rows, info):
+            yield beam.pvalue.TaggedOutput("clip_uses", ((root, mp4), use))
+    warnings = quirks.clip_end_warnings(root, rel, rows, info.fps)
+    if warnings:
+        yield beam.pvalue.TaggedOutput("reports", (root, DatasetReport(warnings=tuple(warnings))))
 
 
-class WritePart(beam.DoFn):
-    """(part key, its plan + MP4 facts + failures) -> (file key, PartResult), written under a temp name.
-
-    The part's frames are read here, from only the row groups its episodes need; a worker keeps its
-    last few data files open, so parts sharing a data file read its footer and `index` once. Frames
-    never cross a shuffle: only plans, paths and MP4 facts do."""
-
-    MAX_OPEN_FILES = 4
-
-    def __init__(self, config: ImportConfig) -> None:
-        self._config = config
-
-    def setup(self) -> None:
-        self._readers: OrderedDict[tuple[str, str], data_files.DataFileReader] = OrderedDict()
-        self._counter = storage.ReadCounter()
-
-    def teardown(self) -> None:
-        for reader in self._readers.values():
-            reader.close()
-        self._readers.clear()
-
-    def _reader(self, root: str, rel: str, info) -> data_files.DataFileReader:
-        key = (root, rel)
-        if key in self._readers:
-            self._readers.move_to_end(key)
-        else:
-            self._readers[key] = data_files.DataFileReader(root, rel, info, self._counter)
-            while len(self._readers) > self.MAX_OPEN_FILES:
-                self._readers.popitem(last=False)[1].close()
-        return self._readers[key]
-
-    def process(self, element: tuple[tuple, Iterable[tuple]]) -> Iterator:
-        (root, rel, part), messages = element
-        header, videos, failures = None, {}, []
-        for message in messages:
-            tag = message[0]
-            if tag == "plan":
-                header = message[1]
-            elif tag == "video":
-                videos[message[1]] = message[2]
-            else:
-                failures.append(message[1])
-        assert header is not None, f"part {part} of {rel} has no plan"
-        rows = header.rows
-        base = dict(dataset=root, episodes_file=rel, part=part, num_parts=header.num_parts,
-                    episode_indices=tuple(r.episode_index for r in rows), data_bytes=header.plan.data_bytes,
-                    oversized=header.plan.oversized)
-        info = load_info(root, skip_videos=self._config.skip_videos)
-        frames: dict[int, object] = {}
-        before = (self._counter.bytes_read, self._counter.requests)
-        if not failures:
-            for data_file, episodes in _by_data_file(rows).items():
-                for batch in self._reader(root, data_file, info).read([(r.position, r) for r in episodes]):
-                    for position, row, result in batch:
-                        if isinstance(result, LeRobotImportError):
-                            failures.append(error_record(result, dataset=root, episodes_file=rel))
-                        else:
-                            frames[position] = result
-        _counter("data_bytes_read").inc(self._counter.bytes_read - before[0])
-        _counter("data_read_requests").inc(self._counter.requests - before[1])
-        if failures:
-            _counter("errors").inc(len(failures))
-            yield (root, rel), PartResult(**base, failures=tuple(sorted(set(failures), key=FailureRecord.sort_key)))
-            return
-        table = sink.part_table(info, rows, [frames[r.position] for r in rows], videos,
-                                inline_index=self._config.inline_index)
-        data = sink.parquet_bytes(table)
-        out = self._config.output_of(root)
-        final = storage.join(out, output_part_path(rel, part, header.num_parts))
-        tmp = storage.write_tmp(final, lambda f: f.write(data))
-        n_frames = sum(len(frames[r.position]) for r in rows)
-        _counter("episodes").inc(len(rows))
-        _counter("frames").inc(n_frames)
-        _counter("parts_written").inc()
-        _counter("output_bytes").inc(len(data))
-        yield (root, rel), PartResult(**base, tmp_uri=tmp, frames=n_frames, bytes=len(data))
+def clip_uses(part: tuple[str, str, int], rows: Sequence[episodes_metadata.EpisodeRow],
+              info: DatasetInfo) -> list[tuple[str, ClipUse]]:
+    """(MP4, the part's clips in it) for every MP4 a part's episodes use, in first-use order."""
+    features = info.video_features  # a computed property: asked once, not per row
+    found: dict[str, tuple] = {}
+    for row in rows if features else ():
+        for clip, feature in zip(row.videos, features):
+            _, _, spans = found.setdefault(clip.file, (feature.name, feature.video_codec, []))
+            spans.append(ClipSpan(part[1], row.episode_index, clip.from_timestamp, clip.to_timestamp, row.length))
+    return [(mp4, ClipUse(part, camera, codec, info.fps, tuple(spans)))
+            for mp4, (camera, codec, spans) in found.items()]
 
 
-def _by_data_file(rows) -> dict[str, list]:
-    out: dict[str, list] = {}
-    for row in rows:
-        out.setdefault(row.data_file, []).append(row)
-    return out
+def duplicate_episodes(key: tuple[str, int], files: Iterable[str]) -> Iterator[tuple[tuple[str, str], FileInputs]]:
+    """An episode_index claimed by several rows of a dataset's episodes files fails each of those files.
 
-
-def _duplicate_episodes(element: tuple[tuple[str, int], Iterable[str]]) -> Iterator:
-    """An episode_index claimed by several rows of the dataset's episodes files fails each of those files."""
-    (root, episode), files = element
+    Args:
+        key: (dataset root, episode_index).
+        files: the episodes file of every row that claims it.
+    """
+    root, episode = key
     files = sorted(files)
-    if len(files) > 1:
-        for rel in dict.fromkeys(files):
-            others = ", ".join(f for f in dict.fromkeys(files) if f != rel) or "itself"
-            err = LeRobotImportError("duplicate_episode", f"episode {episode} is listed {len(files)} times "
-                                     f"(also in {others})", episode_index=episode, file=rel)
-            yield (root, rel), error_record(err, dataset=root, episodes_file=rel)
+    if len(files) < 2:
+        return
+    for rel in dict.fromkeys(files):
+        others = ", ".join(f for f in dict.fromkeys(files) if f != rel) or "itself"
+        err = LeRobotImportError("duplicate_episode", f"episode {episode} is listed {len(files)} times "
+                                 f"(also in {others})", episode_index=episode, file=rel)
+        yield (root, rel), FileInputs(duplicates=(error_record(err, dataset=root, episodes_file=rel),))
 
 
-class CommitEpisodesFile(beam.DoFn):
-    """(file key, its PartResults) -> FileOutcome: every part moved into place, or none."""
-
-    def __init__(self, config: ImportConfig) -> None:
-        self._config = config
-
-    def process(self, element: tuple[tuple[str, str], Iterable]) -> Iterator[FileOutcome]:
-        (root, rel), items = element
-        items = list(items)
-        results = [i for i in items if isinstance(i, PartResult)]
-        extra = [i for i in items if isinstance(i, FailureRecord)]
-        outcome = sink.commit_episodes_file(self._config.output_of(root), root, rel, results, extra)
-        if outcome.status == "failed":
-            primary = [f for f in outcome.failures if f.rule != "file_failed"] or list(outcome.failures)
-            _LOG.warning("episodes file %s of %s failed: %s", rel, root, primary[0].message)
-        else:
-            _LOG.info("episodes file %s of %s imported: %d episodes, %d frames, %d parts", rel, root,
-                      outcome.episodes, outcome.frames, len(outcome.parts))
-        yield outcome
-
-
-class CheckDataset(beam.DoFn):
-    """dataset root -> (root, fingerprint) to import, or ("skipped") when its last import is up to date."""
-
-    def __init__(self, config: ImportConfig) -> None:
-        self._config = config
-
-    def process(self, root: str) -> Iterator:
-        try:
-            current = dataset_fingerprint.fingerprint(root)
-        except OSError as ex:
-            _LOG.warning("cannot list %s (%s); importing it anyway", root, ex)
-            yield root, None
-            return
-        if not self._config.force:
-            raw = storage.optional_read(storage.join(self._config.output_of(root), "manifest.json"))
-            previous = json.loads(raw) if raw else None
-            if dataset_fingerprint.up_to_date(previous, current, self._config.output_options()):
-                _LOG.info("%s is unchanged since its import of %s: skipped (--force redoes it)", root,
-                          previous.get("finished_at"))
-                _counter("datasets_skipped").inc()
-                yield beam.pvalue.TaggedOutput("skipped", root)
-                return
-        yield root, current
-
-
-class FinishDataset(beam.DoFn):
-    """(dataset, its outcomes) -> errors.jsonl and manifest.json under the dataset's output; yields the manifest."""
-
-    def __init__(self, config: ImportConfig) -> None:
-        self._config = config
-
-    def process(self, element: tuple[str, Iterable], fingerprints: dict) -> Iterator[dict]:
-        root, items = element
-        outcomes = [i for i in items if isinstance(i, FileOutcome)]
-        media_index_files = sorted(i for i in items if isinstance(i, str))
-        out = self._config.output_of(root)
-        for stale in media_files.stale_media_index_parts(out, keep=media_index_files):
-            storage.remove(stale)
-        try:
-            info_sha = load_info(root, skip_videos=self._config.skip_videos).sha256
-        except LeRobotImportError:
-            info_sha = None
-        failures = [f for o in outcomes for f in o.failures]
-        source = fingerprints.get(root)
-        doc = sink.manifest(root, info_sha, outcomes, started_at=self._config.started_at,
-                            finished_at=sink.now_iso(), media_index_files=media_index_files,
-                            source=source.to_json() if source else None, run_id=self._config.run_id,
-                            options=self._config.output_options())
-        totals = doc["totals"]
-        if totals["episodes"] != totals["episodes_written"] + totals["episodes_failed"]:
-            doc["status"] = "failed"
-            acc = FailureRecord(root, None, None, None, "accounting",
-                                f"episodes read ({totals['episodes']}) != written ({totals['episodes_written']}) + "
-                                f"failed ({totals['episodes_failed']})")
-            failures.append(acc)
-            totals["errors"] += 1
-        storage.write_atomic(storage.join(out, "errors.jsonl"), sink.errors_jsonl(failures))
-        storage.write_atomic(storage.join(out, "manifest.json"),
-                             (json.dumps(doc, indent=2, sort_keys=True) + "\n").encode())
-        _counter("datasets_imported" if doc["status"] == "imported" else "datasets_failed").inc()
-        yield doc
-
-
-# The safety net: an unexpected exception (a bug, or a library failing in a way no rule foresaw) fails
-# the one element as rule `internal` and the run goes on; every expected failure is a rule already.
-# (Beam's DirectRunner runs pipelines with this guard on the FnApiRunner, never on Prism.)
-_GUARD = dict(dead_letter_tag="bad")  # the main output keeps its name (`good` when it has none)
-
-
-def _bug(exc_info, *, dataset: str, episodes_file: Optional[str], file: Optional[str] = None,
-         episode_index: Optional[int] = None) -> FailureRecord:
-    _, text, _ = exc_info
-    return FailureRecord(dataset, episodes_file, episode_index, file, "internal",
-                         f"[internal] unexpected error, please report it: {text}")
-
-
-def _plan_bug(bad) -> FileOutcome:
+def _plan_bug(bad) -> tuple[str, DatasetReport]:
     (root, rel), exc_info = bad
     _LOG.error("planning %s of %s failed unexpectedly: %s", rel, root, exc_info[1])
-    return failed_file(root, rel, (), [_bug(exc_info, dataset=root, episodes_file=rel, file=rel)])
-
-
-def _video_file_bug(bad) -> Iterator:
-    ((root, rel), uses), exc_info = bad
-    _LOG.error("reading video file %s of %s failed unexpectedly: %s", rel, root, exc_info[1])
-    for key, _, episode in uses:
-        yield key, ("failure", _bug(exc_info, dataset=root, episodes_file=key[1], file=rel, episode_index=episode))
-
-
-def _part_bug(bad) -> tuple:
-    ((root, rel, part), messages), exc_info = bad
-    _LOG.error("writing part %d of %s of %s failed unexpectedly: %s", part, rel, root, exc_info[1])
-    header = next((m[1] for m in messages if m[0] == "plan"), None)
-    episodes = tuple(r.episode_index for r in header.rows) if header else ()
-    return (root, rel), PartResult(root, rel, part, header.num_parts if header else 1, episodes,
-                                   failures=(_bug(exc_info, dataset=root, episodes_file=rel),))
-
-
-class ImportLeRobotDatasets(beam.PTransform):
-    """Import LeRobot v3 datasets (a PCollection of root URIs) into `config`'s outputs.
-
-    Returns the PCollection of manifests, one per dataset imported (skipped datasets have none)."""
-
-    def __init__(self, config: ImportConfig) -> None:
-        super().__init__()
-        self._config = config
-
-    def expand(self, roots):
-        config = self._config
-        checked = roots | "CheckDatasets" >> beam.ParDo(CheckDataset(config)).with_outputs("skipped", main="todo")
-        listed = (checked.todo
-                  | "DatasetRoots" >> beam.Keys()
-                  | "ListEpisodesFiles" >> beam.ParDo(ListEpisodesFiles(config)).with_outputs("outcomes",
-                                                                                              main="files"))
-        planned = (listed.files
-                   | "SpreadEpisodesFiles" >> beam.Reshuffle()
-                   | "PlanEpisodesFiles" >> beam.ParDo(PlanEpisodesFile(config)).with_outputs(
-                       "video_uses", "episode_ids", "outcomes", main="headers").with_exception_handling(**_GUARD))
-        video_files = (planned.video_uses
-                       | "GroupByVideoFile" >> beam.GroupByKey()
-                       | "ReadVideoFiles" >> beam.ParDo(ReadVideoFiles(config)).with_outputs(
-                           "index_rows", main="facts").with_exception_handling(**_GUARD))
-        media_index_files = (video_files.index_rows
-                             | "WriteMediaIndex" >> media_files.WriteMediaIndex(config))
-        duplicates = (planned.episode_ids
-                      | "GroupByEpisodeIndex" >> beam.GroupByKey()
-                      | "FindDuplicateEpisodes" >> beam.FlatMap(_duplicate_episodes))
-        video_failures = video_files.bad | "VideoFileBugs" >> beam.FlatMap(_video_file_bug)
-        parts = ((planned.headers, video_files.facts, video_failures)
-                 | "AllPartMessages" >> beam.Flatten()
-                 | "GroupByPart" >> beam.GroupByKey()
-                 | "WriteParts" >> beam.ParDo(WritePart(config)).with_exception_handling(**_GUARD))
-        part_failures = parts.bad | "PartBugs" >> beam.Map(_part_bug)
-        committed = ((parts.good, part_failures, duplicates)
-                     | "PartsAndDuplicates" >> beam.Flatten()
-                     | "GroupByEpisodesFile" >> beam.GroupByKey()
-                     | "CommitEpisodesFiles" >> beam.ParDo(CommitEpisodesFile(config)))
-        plan_failures = planned.bad | "PlanBugs" >> beam.Map(_plan_bug)
-        outcomes = ((listed.outcomes, planned.outcomes, plan_failures, committed)
-                    | "AllOutcomes" >> beam.Flatten()
-                    | "ByDatasetOutcome" >> beam.Map(lambda o: (o.dataset, o)))
-        return ((outcomes, media_index_files)
-                | "OutcomesAndIndexFiles" >> beam.Flatten()
-                | "GroupByDataset" >> beam.GroupByKey()
-                | "FinishDatasets" >> beam.ParDo(FinishDataset(config),
-                                                 fingerprints=beam.pvalue.AsDict(checked.todo)))
+    bug = internal_record(exc_info, dataset=root, episodes_file=rel, file=rel)
+    return root, DatasetReport(outcomes=(failed_file(root, rel, (), [bug]),))

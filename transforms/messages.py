@@ -1,23 +1,33 @@
-"""The small elements that flow through the import pipeline, and the pure steps that make them.
+"""The run's configuration and the small typed elements that flow between the import's steps.
 
-Keys are tuples of primitives (deterministic coders); values are frozen dataclasses holding paths,
-ranges and results, never more data than one episode's frames.
+Keys are tuples of primitives (deterministic coders): a dataset is its root URI, an episodes file
+`(root, episodes file)`, a part `(root, episodes file, part number)`, an MP4 `(root, MP4 path)`.
+Values are frozen records holding paths, ranges and results, never more data than one episode's
+frames. What a step receives from several others is one record type whose fields are tuples
+(`PartInputs`, `FileInputs`, `DatasetReport`): each sender fills the field it knows, and the receiver
+merges everything sent to one key. The records that outlive the pipeline (part results, file outcomes,
+warnings) belong to the episode record package (`transforms.episode.outcomes`, `.quirks`).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import functools
-from collections import Counter
-from typing import Optional, Sequence
+from typing import Iterable, Optional
 
-from transforms import storage
-from transforms.lerobot.info import EPISODES_DIR, INFO_PATH, DatasetInfo, parse_info
+import pyarrow as pa
+
+from transforms.episode.clips import VideoFile
+from transforms.episode.outcomes import FileOutcome, PartResult
+from transforms.episode.quirks import ClipSpan, WarningRecord
+from transforms.lerobot.fingerprint import Fingerprint
+from transforms.lerobot.dataset import read_info
+from transforms.lerobot.info import DatasetInfo
 from transforms.lerobot.episodes_files import DATA_SPAN_LIMIT, EpisodeRow, PartPlan
 from transforms.errors import FailureRecord, LeRobotImportError
 
-PartKey = tuple  # (dataset_uri, episodes_file, part)
-FileKey = tuple  # (dataset_uri, episodes_file)
+#: Internal messages longer than this are cut: an exception's text can hold a whole input.
+MAX_MESSAGE_CHARS = 2000
 
 
 @dataclasses.dataclass(frozen=True)
@@ -39,6 +49,7 @@ class ImportConfig:
                 "inline_index": self.inline_index, "skip_videos": self.skip_videos}
 
     def output_of(self, dataset: str) -> str:
+        """The output root of a dataset of this run."""
         for root, out in self.targets:
             if root == dataset:
                 return out
@@ -47,19 +58,12 @@ class ImportConfig:
 
 @functools.lru_cache(maxsize=64)
 def _load_info_cached(root: str, skip_videos: bool) -> DatasetInfo:
-    try:
-        raw = storage.read_bytes(storage.dataset_file(root, INFO_PATH), what="info file", file=INFO_PATH)
-    except LeRobotImportError as ex:
-        if ex.rule != "file_missing":
-            raise
-        raise LeRobotImportError("info_json", f"meta/info.json does not exist under {root}: is this the root of "
-                                 "a LeRobot v3 dataset?", file=INFO_PATH) from None
-    info = parse_info(raw)
+    info = read_info(root)
     return info.without_videos() if skip_videos else info
 
 
 def load_info(root: str, *, skip_videos: bool = False) -> DatasetInfo:
-    """info.json of a dataset, parsed once per worker process."""
+    """info.json of a dataset, read and parsed once per worker process (as the dataset checks read it)."""
     return _load_info_cached(root, skip_videos)
 
 
@@ -75,70 +79,106 @@ class PartHeader:
 
 
 @dataclasses.dataclass(frozen=True)
-class PartResult:
-    """A written (temporary) part, or why it could not be written."""
+class ClipUse:
+    """The clips one part has in one MP4: what the MP4's reader needs to answer that part."""
+
+    part: tuple[str, str, int]  # the part's key
+    camera: str
+    codec: Optional[str]  # as info.json declares it
+    fps: Optional[float]  # info.json's frame rate
+    clips: tuple[ClipSpan, ...]
+
+    @property
+    def first_episode(self) -> int:
+        return min(c.episode_index for c in self.clips)
+
+
+@dataclasses.dataclass(frozen=True)
+class PartVideo:
+    """What a part's writer learns of one MP4 it uses."""
+
+    file: str  # relative to the dataset root
+    video: VideoFile
+
+
+@dataclasses.dataclass(frozen=True)
+class MediaIndexRow:
+    """One row of the media_index/ table, on its way to its part."""
 
     dataset: str
-    episodes_file: str
-    part: int
-    num_parts: int
-    episode_indices: tuple[int, ...]
-    tmp_uri: Optional[str] = None
-    frames: int = 0
-    bytes: int = 0
-    data_bytes: int = 0
-    oversized: bool = False
+    uri: str
+    size: int
+    index: pa.Array  # length-1 spql.MediaIndex
+
+    @property
+    def index_bytes(self) -> int:
+        return self.index.nbytes
+
+
+@dataclasses.dataclass(frozen=True)
+class VideoFailure:
+    """An MP4 that could not be used, kept per dataset so the manifest says once what to do about it."""
+
+    dataset: str
+    camera: str
+    file: str
+    rule: str
+
+
+class _Merged:
+    """A record whose fields are tuples: many of them, each holding a few values, merge into one.
+
+    The steps send each other such records keyed by who receives them (a part, an episodes file, a
+    dataset); the receiver groups them by key and merges them into everything it was told."""
+
+    @classmethod
+    def merge(cls, records: Iterable):
+        fields = {f.name: [] for f in dataclasses.fields(cls)}
+        for record in records:
+            for name, values in fields.items():
+                values.extend(getattr(record, name))
+        return cls(**{name: tuple(values) for name, values in fields.items()})
+
+
+@dataclasses.dataclass(frozen=True)
+class PartInputs(_Merged):
+    """What a part's writer is told: its plan, the facts of the MP4s it uses, or why it cannot be written."""
+
+    headers: tuple[PartHeader, ...] = ()
+    videos: tuple[PartVideo, ...] = ()
     failures: tuple[FailureRecord, ...] = ()
 
 
 @dataclasses.dataclass(frozen=True)
-class FileOutcome:
-    """How one episodes file ended: imported (with its parts) or failed (every episode accounted for)."""
+class FileInputs(_Merged):
+    """What an episodes file's commit is told: its parts' results and the duplicates that fail it."""
 
-    dataset: str
-    episodes_file: str
-    status: str  # "imported" | "failed"
-    parts: tuple[str, ...] = ()  # output paths relative to the output root
-    episodes: int = 0  # episodes (rows) read from the episodes file
-    episodes_written: int = 0
-    episodes_failed: int = 0  # rows of a failed file that errors.jsonl lists
-    frames: int = 0
-    bytes: int = 0
-    data_bytes: int = 0
-    failures: tuple[FailureRecord, ...] = ()
-    notes: tuple[str, ...] = ()
+    results: tuple[PartResult, ...] = ()
+    duplicates: tuple[FailureRecord, ...] = ()
 
 
-def episodes_file_uris(root: str) -> list[str]:
-    """`meta/episodes/<chunk>/<file>.parquet`, sorted by path. The folders are listed rather than globbed:
-    the root and the names are the dataset's, and may hold `*`, `?` or `[`."""
-    base = storage.join(root, EPISODES_DIR)
-    return sorted(storage.join(base, f"{chunk}/{name}") for chunk in storage.list_dir(base, dirs=True)
-                  for name in storage.list_dir(storage.join(base, chunk)) if name.endswith(".parquet"))
+@dataclasses.dataclass(frozen=True)
+class DatasetReport(_Merged):
+    """What a dataset's finish step is told by the others."""
 
-
-def failed_file(dataset: str, episodes_file: str, episode_indices: Sequence[int],
-                failures: Sequence[FailureRecord]) -> FileOutcome:
-    """The outcome of a failed episodes file. errors.jsonl gets each failure found and, for every other
-    row of the file (a duplicated episode_index counts once per row), a `file_failed` row saying why
-    it was not imported, so episodes read = episodes written + episodes listed."""
-    out = {f.sort_key(): f for f in failures}
-    named = Counter(f.episode_index for f in out.values() if f.episode_index is not None)
-    rows = Counter(episode_indices)
-    first = sorted(out.values(), key=FailureRecord.sort_key)[0] if out else None
-    for ep, count in rows.items():
-        for k in range(named.get(ep, 0), count):
-            occurrence = f" (row {k + 1} of {count} with this episode_index)" if count > 1 else ""
-            rec = FailureRecord(dataset=dataset, episodes_file=episodes_file, episode_index=ep,
-                                file=first.file if first else None, rule="file_failed",
-                                message=f"not imported{occurrence} because its episodes file failed: "
-                                        f"{first.message if first else 'unknown reason'}")
-            out[rec.sort_key()] = rec
-    listed = Counter(f.episode_index for f in out.values() if f.episode_index is not None)
-    return FileOutcome(dataset=dataset, episodes_file=episodes_file, status="failed", episodes=len(episode_indices),
-                       episodes_failed=sum(min(listed[ep], n) for ep, n in rows.items()),
-                       failures=tuple(out[k] for k in sorted(out)))
+    sources: tuple[Optional[Fingerprint], ...] = ()  # one per dataset imported: its fingerprint (or None)
+    failures: tuple[FailureRecord, ...] = ()  # failures of the dataset as a whole
+    outcomes: tuple[FileOutcome, ...] = ()  # one per episodes file
+    warnings: tuple[WarningRecord, ...] = ()
+    index_files: tuple[str, ...] = ()  # media_index parts written, relative to the output root
+    mp4_failures: tuple[VideoFailure, ...] = ()  # MP4s that could not be used
 
 
 def error_record(ex: LeRobotImportError, *, dataset: str, episodes_file: Optional[str]) -> FailureRecord:
+    """The errors.jsonl row of an error, with the dataset and episodes file it was met in."""
     return ex.with_context(dataset=dataset, episodes_file=episodes_file).to_record()
+
+
+def internal_record(exc_info: tuple, *, dataset: str, episodes_file: Optional[str], file: Optional[str] = None,
+                    episode_index: Optional[int] = None) -> FailureRecord:
+    """The errors.jsonl row of an unexpected exception (exc_info as Beam's safety net reports it)."""
+    text = str(exc_info[1])
+    if len(text) > MAX_MESSAGE_CHARS:
+        text = text[:MAX_MESSAGE_CHARS] + f"... ({len(text) - MAX_MESSAGE_CHARS} more characters)"
+    return FailureRecord(dataset, episodes_file, episode_index, file, "internal",
+                         f"[internal] unexpected error, please report it: {text}")

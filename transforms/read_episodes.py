@@ -2,11 +2,11 @@
 
 `ReadImportedEpisodes(OUT)` lists the row groups of every episode part (64 episodes each, from the
 parts' footers, on a worker), spreads them over workers (Reshuffle) and reads each row group into
-`episode_reader.Episode` objects with their clips' MediaIndex joined back (default layout) or as
-stored (`--inline-index`). An `Episode` pickles as its one-row Arrow record, so downstream steps get
-the whole logical episode: `ep["observation.state"]` as numpy, `ep.video(camera).frame_at(t)`, or
-`ep.to_arrow()`. Each worker keeps one `ImportReader` per output, so a file's MediaIndex is fetched
-once per worker, not once per episode.
+`Episode` objects (`transforms.reader`) with their clips' MediaIndex joined back (default layout) or
+as stored (`--inline-index`). An `Episode` pickles as its one-row Arrow record, so downstream steps
+get the whole logical episode: `ep["observation.state"]` as numpy, `ep.video(camera).frame_at(t)`,
+or `ep.to_arrow()`. Each worker keeps one `ImportReader` per output, so a file's MediaIndex is
+fetched once per worker, not once per episode.
 """
 
 from __future__ import annotations
@@ -38,7 +38,14 @@ class _ReadRowGroup(beam.DoFn):
 
 
 class ReadImportedEpisodes(beam.PTransform):
-    """PBegin -> PCollection[Episode]: every episode of the import at `output_uri` (any layout)."""
+    """Read every episode of an import back, in either layout.
+
+    Args:
+        output_uri: the import's output root (a dataset's output, holding manifest.json), any fsspec URL.
+        tolerance: how far (seconds) from the time asked for a frame seek may find its frame.
+
+    Input: the pipeline (PBegin). Returns: a PCollection of `Episode`.
+    """
 
     def __init__(self, output_uri: str, *, tolerance: float = DEFAULT_TOLERANCE) -> None:
         super().__init__()

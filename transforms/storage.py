@@ -8,18 +8,20 @@ partial file for a finished one.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import io
 import os
 import posixpath
 import random
+import stat
 import time
 import uuid
 from typing import Callable, Optional, TypeVar
 
 import fsspec
-from fsspec.core import url_to_fs
+from fsspec.implementations.local import LocalFileSystem
 
-from transforms.errors import LeRobotImportError
+from transforms.errors import LeRobotImportError, quote, shorten
 
 T = TypeVar("T")
 
@@ -52,10 +54,42 @@ def with_retries(fn: Callable[[], T], *, attempts: int = ATTEMPTS) -> T:
 
 
 def filesystem(uri: str) -> tuple[fsspec.AbstractFileSystem, str]:
-    """(filesystem, path inside it) for a local path or any fsspec URL."""
+    """(filesystem, path inside it) for a local path or a URL (`gs://`, `s3://`, `memory://`, ...).
+
+    The URI is never read as a chain of filesystems (fsspec's `a::b` syntax): a dataset's names may
+    hold `::` (a camera key, a templated file name), and a chain would read a file other than the one
+    named. A scheme no installed filesystem handles is the `url` rule, not a library error."""
     if "://" not in uri:
-        uri = os.path.abspath(uri)
-    return url_to_fs(uri)
+        return _local(), LocalFileSystem._strip_protocol(os.path.abspath(uri))
+    protocol = uri.split("://", 1)[0]
+    if protocol in ("file", "local"):
+        return _local(), LocalFileSystem._strip_protocol(uri)
+    if "::" in protocol:
+        raise LeRobotImportError("url", f"{quote(uri)} chains filesystems with `::`, which the importer does not "
+                                 "read: give the plain URL of the folder or file")
+    try:
+        cls = fsspec.get_filesystem_class(protocol)
+    except ValueError:
+        raise LeRobotImportError("url", f"{quote(uri)} starts with `{shorten(protocol, 40)}://`, a URL scheme no "
+                                 "filesystem is known for: give a local path or a URL such as gs://BUCKET/PATH, "
+                                 "s3://BUCKET/PATH or memory://PATH") from None
+    except ImportError as ex:
+        raise LeRobotImportError("url", f"reading {protocol}:// URLs needs a package that is not installed: "
+                                 f"{ex}") from None
+    path = cls._strip_protocol(uri)
+    if protocol == "memory" and not path.startswith("/"):
+        path = "/" + path  # what the memory filesystem makes of its own URLs
+    return fsspec.filesystem(protocol, **cls._get_kwargs_from_urls(uri)), path
+
+
+@functools.lru_cache(maxsize=1)
+def _local() -> fsspec.AbstractFileSystem:
+    return fsspec.filesystem("file")
+
+
+def is_local(fs: fsspec.AbstractFileSystem) -> bool:
+    protocol = fs.protocol if isinstance(fs.protocol, str) else fs.protocol[0]
+    return protocol in ("file", "local")
 
 
 def normalize_root(uri: str) -> str:
@@ -90,26 +124,107 @@ def join(root_uri: str, relative: str) -> str:
 
 
 def dataset_file(root_uri: str, relative: str) -> str:
-    """The URI of a file of the dataset, refused if it would be read from outside the root.
+    """The URI of a file of the dataset, refused if it would be read from outside the root or is not a
+    regular file.
 
-    `relative` is already free of `..`, schemes and absolute paths (dataset_info checks templates);
-    on a local root a symlink could still point elsewhere, so the resolved path must stay inside
-    the resolved root. Object stores have no symlinks."""
+    `relative` is already free of `..`, schemes and absolute paths (the info.json model checks
+    templates); on a local root a symlink could still point elsewhere, so the resolved path must stay
+    inside the resolved root, or, for a Hugging Face cache snapshot, inside its repository's `blobs/`
+    (where every file of a snapshot is a symlink to). Object stores have no symlinks and no special
+    files. A local file that exists is also checked here to be a regular file (a FIFO would block the
+    reader, a device would never end) and not a git-LFS pointer, whichever reader opens it next."""
     uri = join(root_uri, relative)
     fs, path = filesystem(uri)
-    protocol = fs.protocol if isinstance(fs.protocol, str) else fs.protocol[0]
-    if protocol in ("file", "local"):
+    if is_local(fs):
         _, root_path = filesystem(root_uri)
         real_root = os.path.realpath(root_path)
         real = os.path.realpath(path)
-        if real != real_root and not real.startswith(real_root.rstrip("/") + "/"):
+        blobs = hf_cache_blobs(real_root)
+        if not within_path(real, real_root) and not (blobs and within_path(real, blobs)):
             raise LeRobotImportError("path_outside_root", f"{relative} resolves to {real}, outside the dataset "
                                      f"root {real_root}; files outside the root are never read", file=relative)
+        what = _what(relative)
+        st = _local_stat(path)
+        if st is not None:
+            _raise_if_special(st, what=what, file=relative)
+            if st.st_size < LFS_POINTER_MAX_BYTES:
+                with open(path, "rb") as f:
+                    raise_if_lfs_pointer(f.read(len(LFS_POINTER_PREFIX)), what=what, file=relative)
     return uri
+
+
+def within_path(path: str, folder: str) -> bool:
+    """Whether local `path` is `folder` or lies under it (both resolved)."""
+    return path == folder or path.startswith(folder.rstrip("/") + "/")
+
+
+@functools.lru_cache(maxsize=256)
+def hf_cache_blobs(real_root: str) -> Optional[str]:
+    """`<repo>/blobs` when `real_root` is (or lies inside) `<repo>/snapshots/<revision>` of a Hugging Face
+    hub cache, whose files are symlinks into `<repo>/blobs/`; None otherwise."""
+    parts = real_root.rstrip("/").split("/")
+    for i in range(len(parts) - 1, 1, -1):
+        if parts[i - 1] == "snapshots":
+            blobs = "/".join(parts[:i - 1] + ["blobs"])
+            return blobs if os.path.isdir(blobs) else None
+    return None
+
+
+def _what(relative: str) -> str:
+    """What a dataset file is, for messages, from where it lies."""
+    if relative.endswith(".mp4"):
+        return "video file"
+    if relative.startswith("meta/episodes/"):
+        return "episodes file"
+    if relative == "meta/info.json":
+        return "info file"
+    if relative.endswith(".parquet"):
+        return "data file"
+    return "file"
+
+
+def _local_stat(path: str) -> Optional[os.stat_result]:
+    """os.stat of a local path (following symlinks), None when it does not exist (the read says so)."""
+    try:
+        return os.stat(path)
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+    except OSError as ex:
+        raise LeRobotImportError("io", f"cannot stat {path}: {ex.strerror or ex}") from None
+
+
+_SPECIAL_KINDS = ((stat.S_ISDIR, "a folder"), (stat.S_ISFIFO, "a FIFO (named pipe)"),
+                  (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"),
+                  (stat.S_ISSOCK, "a socket"))
+
+
+def _raise_if_special(st: os.stat_result, *, what: str, file: str) -> None:
+    """Only regular files are read: a FIFO blocks its reader until a writer comes, a device such as
+    /dev/zero never ends, a folder has no bytes."""
+    if stat.S_ISREG(st.st_mode):
+        return
+    kind = next((name for test, name in _SPECIAL_KINDS if test(st.st_mode)), "not a regular file")
+    raise LeRobotImportError("not_a_file", f"{what} {file} is {kind}, not a regular file; only regular files are "
+                             "read: replace it with the file's content", file=file)
+
+
+def check_regular_file(uri: str, *, what: str, file: str) -> None:
+    """Fail with rule `not_a_file` when local `uri` exists but is not a regular file (no-op elsewhere)."""
+    fs, path = filesystem(uri)
+    if is_local(fs):
+        st = _local_stat(path)
+        if st is not None:
+            _raise_if_special(st, what=what, file=file)
 
 
 #: Every git-LFS pointer file starts with these bytes (the whole pointer is ~130 bytes of text).
 LFS_POINTER_PREFIX = b"version https://git-lfs"
+#: git-LFS pointers are smaller than this (git-lfs itself never reads a larger file as a pointer), so
+#: only files this small need their first bytes looked at.
+LFS_POINTER_MAX_BYTES = 1024
+#: `read_bytes` reads whole files (info.json, episodes files, lists): none of them is near this size
+#: (LeRobot rolls its metadata files over at about 100 MB), and a larger one must not fill the memory.
+READ_BYTES_LIMIT = 256 * 1024 * 1024
 
 
 def is_lfs_pointer(head: bytes) -> bool:
@@ -182,8 +297,10 @@ class CountingFile(io.RawIOBase):
 
 
 def open_counted(uri: str, counter: ReadCounter, *, what: str, file: str) -> CountingFile:
-    """Open a dataset file for random reads; a missing file is the `file_missing` rule."""
+    """Open a dataset file for random reads; a missing file is the `file_missing` rule, a FIFO or a
+    device `not_a_file`, a git-LFS pointer `lfs_pointer`."""
     fs, path = filesystem(uri)
+    check_regular_file(uri, what=what, file=file)
     try:
         size = with_retries(lambda: fs.size(path))
         raw = with_retries(lambda: fs.open(path, "rb", block_size=0) if _supports_unbuffered(fs)
@@ -193,6 +310,14 @@ def open_counted(uri: str, counter: ReadCounter, *, what: str, file: str) -> Cou
                                  file=file) from None
     except OSError as ex:
         raise LeRobotImportError("io", f"cannot open {what} {file}: {ex}", file=file) from None
+    if size is not None and size < LFS_POINTER_MAX_BYTES:
+        try:
+            head = with_retries(lambda: raw.read(len(LFS_POINTER_PREFIX)))
+            raw.seek(0)
+            raise_if_lfs_pointer(head, what=what, file=file)
+        except BaseException:
+            raw.close()
+            raise
     return CountingFile(raw, size, counter)
 
 
@@ -203,6 +328,7 @@ def _supports_unbuffered(fs: fsspec.AbstractFileSystem) -> bool:
 
 def file_size(uri: str, *, what: str, file: str) -> int:
     fs, path = filesystem(uri)
+    check_regular_file(uri, what=what, file=file)
     try:
         return int(with_retries(lambda: fs.size(path)))
     except FileNotFoundError:
@@ -212,15 +338,27 @@ def file_size(uri: str, *, what: str, file: str) -> int:
         raise LeRobotImportError("io", f"cannot stat {what} {file}: {ex}", file=file) from None
 
 
-def read_bytes(uri: str, *, what: str, file: str) -> bytes:
+def read_bytes(uri: str, *, what: str, file: str, max_bytes: int = READ_BYTES_LIMIT) -> bytes:
+    """A whole (small) file: its size is asked first, so a file over `max_bytes` is the `limit` rule before
+    a byte is read; a FIFO or device is `not_a_file`, a git-LFS pointer `lfs_pointer`."""
+    size = file_size(uri, what=what, file=file)
+    if size > max_bytes:
+        raise LeRobotImportError("limit", f"{what} {file} is {size:,} bytes; at most {max_bytes:,} bytes of a "
+                                 f"{what} are read: is it the right file?", file=file)
     fs, path = filesystem(uri)
     try:
-        return with_retries(lambda: fs.cat_file(path))
+        data = with_retries(lambda: fs.cat_file(path))
     except FileNotFoundError:
         raise LeRobotImportError("file_missing", f"{what} {file} does not exist (expected at {uri})",
                                  file=file) from None
     except OSError as ex:
         raise LeRobotImportError("io", f"cannot read {what} {file}: {ex}", file=file) from None
+    if len(data) > max_bytes:  # it grew since it was asked for its size
+        raise LeRobotImportError("limit", f"{what} {file} grew past {max_bytes:,} bytes while it was read; at "
+                                 f"most {max_bytes:,} bytes of a {what} are read", file=file)
+    if len(data) < LFS_POINTER_MAX_BYTES:
+        raise_if_lfs_pointer(data, what=what, file=file)
+    return data
 
 
 def tmp_name(final_uri: str) -> str:

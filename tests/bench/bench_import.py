@@ -1,4 +1,4 @@
-"""Benchmark: import throughput on one worker against the pyarrow floor (issue 2).
+"""Benchmark: import throughput on one worker against the pyarrow floor.
 
     python tests/bench/bench_import.py [--episodes 500] [--frames 150]
 
@@ -7,7 +7,7 @@ in the same run measures:
   * the import (FnApiRunner, one worker, default layout): wall time, frames/s, data bytes read;
   * the floor: pyarrow reading the same data files and writing the same number of output bytes
     (the frames as Parquet, zstd), the least any importer must do.
-Targets (issue 2): import <= 2x the floor; data bytes read <= 1.1x the data files' size.
+Targets: import <= 2x the floor; data bytes read <= 1.1x the data files' size.
 """
 
 from __future__ import annotations

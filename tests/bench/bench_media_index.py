@@ -110,7 +110,7 @@ def parse_speed(tmp: Path, n: int) -> None:
     moov = F.moov_bytes(path.read_bytes())
     print(f"file {size:,} bytes, moov {moov_size:,} bytes")
     index = parse_media_index(moov, file=str(path))
-    assert len(index["tracks"][0]["sizes"]) == n
+    assert len(index.tracks[0].sizes) == n
     t_parse = best_of(lambda: parse_media_index(moov, file=str(path)), 5)
     t_arrow = best_of(lambda: media_index_array(index), 5)
     fs = fsspec.filesystem("file")

@@ -1,4 +1,4 @@
-"""Benchmark (issue 7): peak memory of an import worker at 1x and 4x the episodes.
+"""Benchmark: peak memory of an import worker at 1x and 4x the episodes.
 
     python tests/bench/bench_memory.py                         # 8 vs 32 episodes of 3,000 frames, float32[128] x 2
     python tests/bench/bench_memory.py --episodes 4 --frames 600 --quick

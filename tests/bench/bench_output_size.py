@@ -1,4 +1,4 @@
-"""Benchmark (issue 3): output size of the default layout against --inline-index, with large MP4s.
+"""Benchmark: output size of the default layout against --inline-index, with large MP4s.
 
     python tests/bench/bench_output_size.py [--episodes 400] [--frames 250] [--cameras 2] [--samples-per-mp4 100000]
 
@@ -75,7 +75,8 @@ def main() -> None:
     print(f"\n== dataset: {facts['episodes']} episodes x {args.frames} frames = {facts['frames']:,} frames, "
           f"{args.cameras} {args.codec} camera(s); MP4 samples per file: {samples}; "
           f"{facts['episodes_files']} episodes files -> {work}")
-    print(f"  data files {facts['data_bytes']:,} B; MP4s {facts['mp4_bytes']:,} B; moov boxes {facts['moov_bytes']:,} B")
+    print(f"  data files {facts['data_bytes']:,} B; MP4s {facts['mp4_bytes']:,} B; "
+          f"moov boxes {facts['moov_bytes']:,} B")
     print(f"load average: before {load_start}, after {load_end}; {os.cpu_count()} CPUs")
     print("== output bytes            total        episode parts   media_index/     other     (import wall, peak RSS)")
     for tag, o in outs.items():

@@ -38,7 +38,7 @@ import av  # noqa: E402
 import dataset_factory as DF  # noqa: E402
 from pipelines.import_lerobot import run as run_import  # noqa: E402
 from transforms.reader.import_reader import ImportReader  # noqa: E402
-from transforms.reader.seek import FsspecRangeReader  # noqa: E402
+from transforms.mp4 import ranges  # noqa: E402
 
 ENCODERS = {"h264": ("libx264", {"g": "30", "bf": "3"}), "hevc": ("libx265", {"g": "30"}),
             "av1": ("libsvtav1", {"g": "30"})}
@@ -141,9 +141,9 @@ def bench(tmp: Path, codec: str, seeks: int, episodes: int, length: int) -> None
     root, out = build(tmp, codec, episodes, length)
     print(f"\n== {codec}: {episodes} episodes x {length} frames, 320x240, GOP 30 "
           f"(built and imported in {time.perf_counter() - t0:.1f} s) ==")
-    counter = FsspecRangeReader()
+    counter = ranges.ReadStats()
     t0 = time.perf_counter()
-    reader = ImportReader(str(out), reader=counter)
+    reader = ImportReader(str(out), open_file=lambda uri: ranges.open_uri(uri, stats=counter))
     ep = reader.episode(episodes // 2)
     video = ep.video(CAM)
     open_s = time.perf_counter() - t0

@@ -1,4 +1,4 @@
-"""Benchmark (issue 5): import throughput and memory at scale, 1 and 2 workers, against the reference.
+"""Benchmark: import throughput and memory at scale, 1 and 2 workers, against the reference.
 
     python tests/bench/bench_scale.py                      # 2,000 episodes x 150 frames x 2 cameras (300k frames)
     python tests/bench/bench_scale.py --episodes 200 --quick   # a quick, scaled-down run
@@ -12,11 +12,11 @@ its tree polled from /proc, VmHWM):
   * our import, 2 workers (--direct_num_workers 2 --direct_running_mode multi_processing: SDK worker
     subprocesses; the parent runs the runner);
   * the pyarrow floor: read every data file and write it again (zstd);
-  * the reference: spql_oracle.run() over every episodes file in ONE process;
+  * the reference: tests/oracle.py's run() over every episodes file in ONE process;
   * our import (1 and 2 workers) on the doubled dataset, for the memory figures.
 Reports frames/s (wall, pipeline start included; and marginal: the extra frames of the doubled dataset over
-the extra wall time, which cancels the fixed start cost), data bytes read / data file bytes, MP4 bytes read / moov bytes, and peak memory
-per worker; writes a PNG of throughput vs workers to tests/bench/results/.
+the extra wall time, which cancels the fixed start cost), data bytes read / data file bytes, MP4 bytes read /
+moov bytes, and peak memory per worker; writes a PNG of throughput vs workers to tests/bench/results/.
 Targets: per-worker throughput >= the reference's; 2 workers >= 1.7x one worker; data bytes read <= 1.1x
 their size; MP4 bytes read <= 1.1x the moov bytes; per-worker peak memory within 20% when the dataset doubles.
 """
@@ -39,7 +39,6 @@ from typing import Optional
 
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
-ORACLE_DIR = Path(os.environ.get("LEROBOT_SHARED", REPO.parent / "shared")) / "tools"
 RESULTS = REPO / "tests" / "bench" / "results"
 
 
@@ -186,14 +185,13 @@ def floor_job(root: str, out: str) -> None:
 
 
 def reference_job(root: str) -> None:
-    """spql_oracle.run() over every episodes file of the dataset, in this one process."""
-    sys.path.insert(0, str(ORACLE_DIR))
-    import spql_oracle
+    """The reference (tests/oracle.py's run()) over every episodes file of the dataset, in this one process."""
+    from tests import oracle
 
     t0 = time.perf_counter()
     n = 0
     for path in sorted(Path(root, "meta", "episodes").rglob("*.parquet")):
-        table, _ = spql_oracle.run(root, str(path.relative_to(root)))
+        table = oracle.run(root, str(path.relative_to(root)))
         n += sum(table.column("length").to_pylist())
     print(f"reference: {n} frames {time.perf_counter() - t0:.3f} s")
 

@@ -13,7 +13,7 @@ How it stays fast at hundreds of thousands of frames per camera:
   one episode = whole repetitions (+ the tail), so every episode starts on a keyframe, as it does in
   LeRobot's concatenated files (each episode is encoded on its own, then stream-copied into the file).
 
-What is written follows LeRobot's writer (see the spec notes §0-§5):
+What is written follows LeRobot's writer:
 * `meta/info.json` (features: user features, the cameras with their `video.*` info, the 5 defaults),
   `meta/tasks.parquet`, `meta/stats.json`;
 * `meta/episodes/chunk-XXX/file-YYY.parquet`: LeRobot's columns and column order (location columns,
@@ -83,7 +83,8 @@ def _encoder_options(encoder: str, gop: int, bframes: bool) -> dict:
         params = f"keyint={gop}:min-keyint={gop}:scenecut=0:open-gop=0" + ("" if bframes else ":bframes=0")
         return {"g": str(gop), "crf": "28", "preset": "veryfast", "x264-params": params}
     if encoder == "libx265":
-        params = f"keyint={gop}:min-keyint={gop}:scenecut=0:open-gop=0:log-level=none" + ("" if bframes else ":bframes=0")
+        params = f"keyint={gop}:min-keyint={gop}:scenecut=0:open-gop=0:log-level=none"
+        params += "" if bframes else ":bframes=0"
         return {"g": str(gop), "crf": "28", "preset": "veryfast", "x265-params": params}
     if encoder == "libsvtav1":  # LeRobot's default encoder (crf 30, preset 12)
         return {"g": str(gop), "crf": "30", "preset": "12", "svtav1-params": f"keyint={gop}"}

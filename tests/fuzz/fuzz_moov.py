@@ -1,15 +1,19 @@
-"""Fuzz the moov parser: `media_index.parse_media_index` and `mp4_boxes.read_moov` (atheris / libFuzzer).
+"""Fuzz the moov parser: `tables.parse_media_index` and `boxes.read_moov` (atheris / libFuzzer).
 
     python tests/fuzz/fuzz_moov.py -atheris_runs=100000        # a fixed number of inputs
     python tests/fuzz/fuzz_moov.py -max_total_time=300         # a time budget (seconds)
     python tests/fuzz/fuzz_moov.py tests/fuzz/crashes/crash-*  # replay saved inputs
 
-The first byte of an input picks the target: even -> `parse_media_index(rest)` on a moov box; odd ->
-`read_moov(BytesRangeSource(rest), head_size=...)` on a whole file (the second byte picks a small or
-the default head size, so the multi-read paths run too), then `parse_media_index` on what it found.
-Seeds: the moov boxes and whole files of the corpus MP4s and of a few tests/mp4_factory encodes
-(H.264 with B-frames, faststart, AAC, two video tracks, HEVC, AV1, co64 + 64-bit headers, stz2,
-edit lists), written to a temporary folder passed to libFuzzer as the seed corpus.
+The first byte of an input picks the target and the limits (`tests/fuzz/moov_target.py`): bit 0 clear
+-> `parse_media_index(rest)` on a moov box; set -> `read_moov` on a whole file (the second byte picks a
+small or the default head size, so the multi-read paths run too), then `parse_media_index`; bit 1 set
+-> with `moov_target.SMALL_LIMITS`, so that small inputs cross every bound of `mp4.limits.Limits`
+(samples of all tracks together, children per box, boxes in moov, top-level boxes, range requests,
+moov size). Seeds: the moov boxes and whole files of the corpus MP4s and of a few tests/mp4_factory
+encodes (H.264 with B-frames, faststart, AAC, two video tracks, HEVC, AV1, co64 + 64-bit headers,
+stz2, edit lists), each also under the small limits, plus files built to sit at those limits (three
+tracks of constant-size samples, crowded stbl and moov, many top-level boxes), written to a
+temporary folder passed to libFuzzer as the seed corpus.
 
 Per input, a finding (libFuzzer saves it under tests/fuzz/crashes/) is:
 * any exception other than `LeRobotImportError`, or one whose message is the parser's
@@ -37,9 +41,9 @@ REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 
 with atheris.instrument_imports(include=["transforms"]):
-    from transforms.mp4 import media_index
-    from transforms.mp4 import boxes as mp4_boxes
     from transforms.errors import LeRobotImportError
+    from transforms.mp4.arrow import media_index_array
+    from tests.fuzz import moov_target
 
 #: Allowed tracemalloc peak per input: this many times the input's bytes, plus the constant.
 #: (Environment overrides: FUZZ_MOOV_MEMORY_FACTOR, FUZZ_MOOV_MEMORY_CONSTANT, FUZZ_MOOV_SLOW_SECONDS, e.g. to
@@ -59,19 +63,11 @@ _STATS = {"inputs": 0, "ok": 0, "rejected": 0, "max_ratio": 0.0, "max_peak": 0, 
 
 
 def _target(data: bytes) -> None:
-    if not data:
+    index = moov_target.run(data)
+    if index is None:
         return
-    mode, body = data[0], data[1:]
-    if mode % 2 == 0:
-        # A bare moov stands for a file of its own size: the parser bounds what a constant-size
-        # `stsz` may declare by the file's size, as the pipeline does with the real size.
-        index = media_index.parse_media_index(body, file="fuzz.mp4", file_size=len(body))
-    else:
-        head = 64 * 1024 if not body or body[0] % 4 == 0 else 16 + body[0] * 4
-        moov = mp4_boxes.read_moov(mp4_boxes.BytesRangeSource(body[1:]), file="fuzz.mp4", head_size=head)
-        index = media_index.parse_media_index(moov.data, file="fuzz.mp4", file_size=moov.file_size)
     try:
-        media_index.media_index_array(index)
+        media_index_array(index)
     except Exception as ex:  # noqa: BLE001
         raise Finding(f"parse_media_index accepted the input but media_index_array failed: "
                       f"{type(ex).__name__}: {ex}") from ex
@@ -109,7 +105,8 @@ def TestOneInput(data: bytes) -> None:  # noqa: N802 - the name atheris expects
 
 def _mp4_sources() -> list[Path]:
     shared = Path(os.environ.get("LEROBOT_SHARED", REPO.parent / "shared"))
-    found = sorted((shared / "corpus").rglob("*.mp4")) + sorted((REPO / "tests" / "data").rglob("*.mp4"))
+    found = sorted((shared / "corpus" / "third_party").rglob("*.mp4"))  # optional: never part of the project
+    found += sorted((REPO / "tests" / "data" / "lerobot").rglob("*.mp4"))
     return found
 
 
@@ -144,7 +141,28 @@ def _factory_files(workdir: Path) -> list[bytes]:
             except Exception as ex:  # noqa: BLE001
                 print(f"seed edit skipped: {type(ex).__name__}: {ex}", file=sys.stderr)
         out.append(f.large_top_level(base))
+        out += _limit_files(f, base, workdir)
     return out
+
+
+def _limit_files(f, base: bytes, workdir: Path) -> list[bytes]:
+    """Files at the small limits (`moov_target.SMALL_LIMITS`): three tracks of 200 constant-size samples
+    (600 in all, over 512), an stbl and a moov of 30 extra children (over 24), eight tracks (about 130
+    boxes, over 96), 20 extra top-level boxes (over 12), ten 8 KiB boxes after the file (past the head,
+    a request each: over 3), a moov grown by 20 KB (over 16 KiB)."""
+    import copy
+    sparse = f.constant_stsz_file(workdir / "three_tracks.mp4", base, 200, tracks=3)
+
+    def eight_tracks(moov) -> None:
+        trak = f.video_traks(moov)[0]
+        for i in range(7):
+            t = copy.deepcopy(trak)
+            f.set_track_id(t, 10 + i)
+            moov.children.append(t)
+    spaced = f.serialize_file(f.parse_file(base) + [f.Box(b"free", bytes(8184)) for _ in range(10)])
+    big_moov = f.edit_moov(base, lambda m: m.children.append(f.Box(b"free", bytes(20_000))))
+    return [sparse.read_bytes(), f.with_children(base, "trak/mdia/minf/stbl", 30), f.with_children(base, "", 30),
+            f.edit_moov(base, eight_tracks), f.with_children(base, None, 20), spaced, big_moov]
 
 
 def write_seeds(folder: Path) -> int:
@@ -158,13 +176,14 @@ def write_seeds(folder: Path) -> int:
             moov = f.moov_bytes(data)
         except Exception:  # noqa: BLE001
             moov = None
-        if moov is not None:
-            (folder / f"moov-{i:03d}").write_bytes(b"\x00" + moov)
-            n += 1
-        if len(data) <= 256 * 1024:
-            (folder / f"file-{i:03d}").write_bytes(b"\x01\x00" + data)
-            (folder / f"file-small-head-{i:03d}").write_bytes(b"\x01\x05" + data)
-            n += 2
+        for limits in (0, 2):  # default limits, small limits
+            if moov is not None:
+                (folder / f"moov-{limits}-{i:03d}").write_bytes(bytes([limits]) + moov)
+                n += 1
+            if len(data) <= 256 * 1024:
+                (folder / f"file-{limits}-{i:03d}").write_bytes(bytes([1 | limits, 0]) + data)
+                (folder / f"file-small-head-{limits}-{i:03d}").write_bytes(bytes([1 | limits, 5]) + data)
+                n += 2
     return n
 
 

@@ -1,4 +1,6 @@
-"""Per camera, the clip of each episode: a spql.ClipRef into the dataset's own MP4 (mapping §4).
+"""Per camera, the clip of each episode: a spql.ClipRef into the dataset's own MP4, [from_timestamp,
+to_timestamp) of the file in nanoseconds, and the episode's time_origin (-from_timestamp), so that
+episode time t is file time t - time_origin.
 
 Built for a whole part at once: one column per camera, vectorised over the part's episodes.
 """
@@ -15,6 +17,10 @@ from transforms.episode import episode_type
 from transforms.episode import spql_types
 from transforms.lerobot.info import DatasetInfo
 from transforms.lerobot.episodes_files import EpisodeRow
+from transforms.errors import LeRobotImportError
+
+#: The largest time in seconds whose nanoseconds fit in an int64 (about 292 years).
+MAX_SECONDS = float(2 ** 63 - 1024) / 1e9
 
 
 @dataclasses.dataclass(frozen=True)
@@ -27,26 +33,48 @@ class VideoFile:
 
 
 def seconds_to_ns(seconds: np.ndarray) -> np.ndarray:
-    """round(s × 1e9), halves away from zero, as the reference rounds."""
+    """round(s × 1e9), halves away from zero, as the reference rounds.
+
+    A time whose nanoseconds do not fit in an int64 (beyond about 292 years, or not finite) is refused
+    with rule `timestamps`: cast, it would wrap to a negative time without a word."""
     scaled = np.asarray(seconds, np.float64) * 1e9
+    bad = ~(np.abs(scaled) < 2.0 ** 63)  # also true for NaN and infinities
+    if bad.any():
+        value = float(np.asarray(seconds, np.float64).reshape(-1)[int(np.flatnonzero(bad.reshape(-1))[0])])
+        raise LeRobotImportError("timestamps", f"the time {value!r} s does not fit in nanoseconds as a 64-bit "
+                                 f"integer (at most {MAX_SECONDS:.6g} s): check the episodes file's timestamps")
     return (np.sign(scaled) * np.floor(np.abs(scaled) + 0.5)).astype(np.int64)
+
+
+def clip_times_ns(slices: Sequence, episode_indices: Sequence[int]) -> tuple[np.ndarray, np.ndarray]:
+    """The [from, to) nanoseconds of one camera's clips; a time that does not fit names its episode."""
+    start_s = np.array([s.from_timestamp for s in slices], np.float64)
+    end_s = np.array([s.to_timestamp for s in slices], np.float64)
+    for values in (start_s, end_s):
+        bad = np.flatnonzero(~(np.abs(values * 1e9) < 2.0 ** 63))
+        if len(bad):
+            i = int(bad[0])
+            raise LeRobotImportError(
+                "timestamps", f"episode {episode_indices[i]}: camera `{slices[i].key}` clip spans "
+                f"{slices[i].from_timestamp!r}..{slices[i].to_timestamp!r} s, beyond the {MAX_SECONDS:.6g} s a clip "
+                "time can hold in nanoseconds as a 64-bit integer", episode_index=episode_indices[i])
+    return seconds_to_ns(start_s), seconds_to_ns(end_s)
 
 
 def videos_column(info: DatasetInfo, rows: Sequence[EpisodeRow], files: Mapping[str, VideoFile],
                   *, inline_index: bool) -> pa.StructArray:
     """The `videos` column for `rows`; `files` maps each MP4's relative path to what was learnt of it."""
     entries = []
+    episode_indices = [r.episode_index for r in rows]
     for k, feature in enumerate(info.video_features):
         slices = [r.videos[k] for r in rows]
         assert all(s.key == feature.name for s in slices)
-        entries.append(_camera_column([files[s.file] for s in slices],
-                                      np.array([s.from_timestamp for s in slices], np.float64),
-                                      np.array([s.to_timestamp for s in slices], np.float64),
-                                      inline_index=inline_index))
+        start, end = clip_times_ns(slices, episode_indices)
+        entries.append(_camera_column([files[s.file] for s in slices], start, end, inline_index=inline_index))
     return pa.StructArray.from_arrays(entries, fields=list(episode_type.videos_type(info)))
 
 
-def _camera_column(files: Sequence[VideoFile], start_s: np.ndarray, end_s: np.ndarray,
+def _camera_column(files: Sequence[VideoFile], start: np.ndarray, end: np.ndarray,
                    *, inline_index: bool) -> pa.StructArray:
     n = len(files)
     blob_type, media_type, clip_type = spql_types.blob(), spql_types.encoded_media(), spql_types.clip_ref()
@@ -64,7 +92,6 @@ def _camera_column(files: Sequence[VideoFile], start_s: np.ndarray, end_s: np.nd
     media = pa.ExtensionArray.from_storage(media_type, pa.StructArray.from_arrays(
         [source, pa.array(["mp4"] * n, pa.utf8()), _index_column(files, inline_index)],
         fields=list(media_type.storage_type)))
-    start, end = seconds_to_ns(start_s), seconds_to_ns(end_s)
 
     def durations(ns: np.ndarray) -> pa.Array:
         return pa.ExtensionArray.from_storage(duration_type, pa.array(ns, pa.duration("ns")))
@@ -93,7 +120,7 @@ def _index_column(files: Sequence[VideoFile], inline_index: bool) -> pa.Array:
             continue
         if f.uri not in distinct:
             distinct[f.uri] = len(arrays)
-            arrays.append(f.index.storage if isinstance(f.index, pa.ExtensionArray) else f.index)
+            arrays.append(spql_types.storage_of(f.index))
         take[i] = distinct[f.uri]
-    storage = pa.concat_arrays(arrays).take(pa.array(take, mask=~valid))
-    return pa.ExtensionArray.from_storage(index_type, storage)
+    taken = pa.concat_arrays(arrays).take(pa.array(take, mask=~valid))
+    return pa.ExtensionArray.from_storage(index_type, taken)

@@ -1,4 +1,4 @@
-"""DatasetInfo -> the Arrow type of one imported episode (mapping §2).
+"""DatasetInfo -> the Arrow type of one imported episode.
 
 The type depends on info.json alone, so every dataset with the same features imports with the
 same episode type.

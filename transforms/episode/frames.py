@@ -1,13 +1,13 @@
-"""Data-file rows -> the `frames` of an episode, typed as info.json declares (mapping §2, §3).
+"""Data-file rows -> the `frames` of an episode, typed as info.json declares.
 
 Column-at-a-time and vectorised: casts and list checks run in Arrow compute over a whole slice,
-never per frame in Python.
+never per frame in Python. A batch of raw rows read from one data file (`lerobot.data_files`) is
+converted once and then cut per episode; each episode's frames are then validated on their own.
 """
 
 from __future__ import annotations
 
-import dataclasses
-from typing import Optional, Sequence
+from typing import Iterator, NamedTuple, Optional, Sequence, TypeVar, Union
 
 import numpy as np
 import pyarrow as pa
@@ -16,48 +16,59 @@ import pyarrow.compute as pc
 from transforms.episode import episode_type
 from transforms.language import columns as language_columns
 from transforms.episode import spql_types
+from transforms.lerobot.data_files import IndexLayout, SliceBatch, index_layout  # noqa: F401  (re-exported)
+from transforms.lerobot.episodes_files import EpisodeRow
 from transforms.lerobot.info import DatasetInfo, Feature
 from transforms.errors import LeRobotImportError
 
-
-@dataclasses.dataclass(frozen=True)
-class IndexLayout:
-    """Where each global frame `index` lies in a data file whose `index` column is consecutive."""
-
-    first_index: int
-    num_rows: int
-
-    def rows_of(self, from_index: int, to_index: int, *, episode_index: int, file: str) -> tuple[int, int]:
-        last = self.first_index + self.num_rows
-        if from_index < self.first_index or to_index > last:
-            raise LeRobotImportError(
-                "frames_outside_file", f"episode {episode_index} spans frames {from_index}..{to_index}, outside its "
-                f"data file's {self.first_index}..{last}", episode_index=episode_index, file=file)
-        return from_index - self.first_index, to_index - self.first_index
+K = TypeVar("K")
+#: An episode's typed frames, or the error that stops it.
+FramesOrError = Union[pa.StructArray, LeRobotImportError]
 
 
-def index_layout(index: pa.Array | pa.ChunkedArray, *, file: str) -> IndexLayout:
-    """Check that a data file's `index` column is consecutive and say where it starts."""
-    if isinstance(index, pa.ChunkedArray):
-        index = index.combine_chunks()
-    if index.null_count:
-        raise LeRobotImportError("index_not_consecutive", "the data file's `index` column holds nulls", file=file)
-    if not pa.types.is_integer(index.type):
+def typed_frames(batch: SliceBatch[K], info: DatasetInfo) -> Iterator[tuple[K, EpisodeRow, FramesOrError]]:
+    """Type a batch of raw data-file rows: (key, row, frames or error) for each of its episodes.
+
+    The batch's rows are converted once and cut per episode; a conversion error in them is pinned to
+    its episode by converting episode by episode.
+
+    Args:
+        batch: raw rows of one data file and where each episode lies in them.
+        info: the dataset's info.json, which says how each column is typed.
+    """
+    file = batch.file
+    readable = []
+    for piece in batch.slices:
+        if piece.error is not None:
+            yield piece.key, piece.row, piece.error
+        else:
+            readable.append(piece)
+    if not readable:
+        return
+    try:
+        converted = convert_frames(batch.table, info, episode_index=None, file=file, validate=False)
+    except LeRobotImportError:
+        converted = None  # find which episode breaks the rule
+    checks = EpisodeChecks.of(info)
+    for piece in readable:
+        key, row = piece.key, piece.row
+        if converted is None:
+            yield key, row, _convert_one(batch.table.slice(piece.offset, piece.length), info, row, file)
+            continue
+        frames = converted.slice(piece.offset, piece.length)
         try:
-            index = index.cast(pa.int64(), safe=True)
-        except pa.ArrowException:
-            raise LeRobotImportError("column_type", f"the data file's `index` column is {index.type}, not integers",
-                                     file=file) from None
-    values = index.to_numpy(zero_copy_only=False).astype(np.int64, copy=False)
-    if len(values) == 0:
-        return IndexLayout(0, 0)
-    steps = np.diff(values)
-    bad = np.flatnonzero(steps != 1)
-    if len(bad):
-        i = int(bad[0])
-        raise LeRobotImportError("index_not_consecutive", f"the data file's `index` column is not consecutive: row "
-                                 f"{i + 1} holds {values[i + 1]} after {values[i]}", file=file)
-    return IndexLayout(int(values[0]), len(values))
+            validate_frames(frames, info, episode_index=row.episode_index, file=file, checks=checks)
+        except LeRobotImportError as ex:
+            yield key, row, ex.with_context(episode_index=row.episode_index, file=file)
+            continue
+        yield key, row, frames
+
+
+def _convert_one(table: pa.Table, info: DatasetInfo, row: EpisodeRow, file: str) -> FramesOrError:
+    try:
+        return convert_frames(table, info, episode_index=row.episode_index, file=file)
+    except LeRobotImportError as ex:
+        return ex.with_context(episode_index=row.episode_index, file=file)
 
 
 def convert_frames(table: pa.Table, info: DatasetInfo, *, episode_index: Optional[int], file: str,
@@ -80,11 +91,25 @@ def convert_frames(table: pa.Table, info: DatasetInfo, *, episode_index: Optiona
     return frames
 
 
-def validate_frames(frames: pa.StructArray, info: DatasetInfo, *, episode_index: int, file: str) -> None:
+class EpisodeChecks(NamedTuple):
+    """Which per-episode rules a dataset's frames need (decided once per dataset, not per episode)."""
+
+    timeline: bool  # the frames have a `timestamp`
+    language: bool  # the frames have language columns
+
+    @classmethod
+    def of(cls, info: DatasetInfo) -> "EpisodeChecks":
+        features = info.frame_features
+        return cls(any(f.name == "timestamp" for f in features), any(f.kind == "language" for f in features))
+
+
+def validate_frames(frames: pa.StructArray, info: DatasetInfo, *, episode_index: int, file: str,
+                    checks: Optional[EpisodeChecks] = None) -> None:
     """Rules that need one whole episode's frames: its timeline, and the language columns."""
-    if "timestamp" in {f.name for f in info.frame_features}:
+    checks = checks or EpisodeChecks.of(info)
+    if checks.timeline:
         _validate_timeline(frames.field("timestamp"), episode_index=episode_index, file=file)
-    if any(f.kind == "language" for f in info.frame_features):
+    if checks.language:
         _validate_language(frames, info, episode_index=episode_index, file=file)
 
 
@@ -128,8 +153,8 @@ def _validate_language(frames: pa.StructArray, info: DatasetInfo, *, episode_ind
 
 def convert_column(column: pa.Array, feature: Feature) -> pa.Array:
     kind = feature.kind
-    if isinstance(column.type, pa.BaseExtensionType) and kind != "language":
-        column = column.storage
+    if kind != "language":
+        column = spql_types.storage_of(column)
     if kind == "numeric":
         if feature.is_scalar:
             return _safe_cast(_unwrap_scalar_list(column, feature), episode_type.numeric_type(feature.dtype), feature)

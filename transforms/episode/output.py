@@ -1,13 +1,15 @@
-"""The output layout (mapping §9): episode parts, errors.jsonl, manifest.json — all written atomically.
+"""The output an import writes: episode parts, errors.jsonl and manifest.json, all written atomically.
 
 A part is written under a temporary name; an episodes file's parts are moved into place together
 only when all of them were written, so a crashed or retried run never leaves a partial part where a
-reader would take it for a finished one.
+reader would take it for a finished one. Where each file goes is `transforms.episode.paths`.
 """
 
 from __future__ import annotations
 
 import datetime
+import hashlib
+import importlib.metadata
 import io
 import json
 from typing import Iterable, Mapping, Optional, Sequence
@@ -16,25 +18,38 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from transforms import storage
-from transforms.episode import episode_type
+from transforms.episode import clips, episode_type, paths
 from transforms.episode import frames as frames_lib
-from transforms.episode import clips as videos_lib
+from transforms.episode.outcomes import FileOutcome, PartFile, PartResult, failed_file
+from transforms.episode.quirks import WarningRecord
 from transforms.lerobot.info import DatasetInfo
 from transforms.lerobot.episodes_files import EpisodeRow
 from transforms.errors import FailureRecord
-from transforms.episode import paths
-from transforms.episode.paths import output_part_path
-from transforms.messages import FileOutcome, PartResult, failed_file
 
 TOOL_NAME = "lerobot-beam-import"
-TOOL_VERSION = "0.1.0"
 # Row groups of at most this many episodes keep a reader's fetches small.
 EPISODES_PER_ROW_GROUP = 64
 
 
+def tool_version() -> str:
+    """The installed package's version (what the manifest records); "unknown" when it is not installed."""
+    try:
+        return importlib.metadata.version(TOOL_NAME)
+    except importlib.metadata.PackageNotFoundError:
+        return "unknown"
+
+
 def part_table(info: DatasetInfo, rows: Sequence[EpisodeRow], frames: Sequence[pa.StructArray],
-               video_files: Mapping[str, videos_lib.VideoFile], *, inline_index: bool) -> pa.Table:
-    """One part: its episodes in row order, typed as the episode type."""
+               video_files: Mapping[str, clips.VideoFile], *, inline_index: bool) -> pa.Table:
+    """One part: its episodes in row order, typed as the episode type.
+
+    Args:
+        info: the dataset's info.json.
+        rows: the part's episodes, in the episodes file's row order.
+        frames: each episode's typed frames, in the same order.
+        video_files: what was learnt of each MP4 the episodes use, by relative path.
+        inline_index: write each file's MediaIndex into every clip (else null, see media_index/).
+    """
     schema = episode_type.episode_schema(info)
     columns = [
         pa.array([r.episode_index for r in rows], pa.int64()),
@@ -43,7 +58,7 @@ def part_table(info: DatasetInfo, rows: Sequence[EpisodeRow], frames: Sequence[p
         frames_lib.frames_list(frames, episode_type.frame_type(info)),
     ]
     if info.video_features:
-        columns.append(videos_lib.videos_column(info, rows, video_files, inline_index=inline_index))
+        columns.append(clips.videos_column(info, rows, video_files, inline_index=inline_index))
     return pa.Table.from_arrays(columns, schema=schema)
 
 
@@ -56,6 +71,10 @@ def parquet_bytes(table: pa.Table) -> bytes:
     return sink.getvalue()
 
 
+def sha256_hex(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
 def _split(out_root: str, relative: str) -> tuple[str, str]:
     head, _, tail = relative.rpartition("/")
     return storage.join(out_root, head) if head else out_root, tail
@@ -66,7 +85,7 @@ def stale_outputs(out_root: str, episodes_file: str, keep: Iterable[str]) -> lis
 
     The folder is listed and names compared literally: names come from the dataset, and a glob
     pattern built from them (a file named `*.parquet`) would match other episodes files' outputs."""
-    single = output_part_path(episodes_file, 0, 1)
+    single = paths.output_part_path(episodes_file, 0, 1)
     folder, tail = _split(out_root, single)
     stem = tail[: -len(".parquet")]
     found = [n for n in storage.list_dir(folder) if n == tail or paths.is_part_name(n, stem)]
@@ -76,7 +95,7 @@ def stale_outputs(out_root: str, episodes_file: str, keep: Iterable[str]) -> lis
 
 def leftover_tmps(out_root: str, episodes_file: str) -> list[str]:
     """Temporary parts of this episodes file left by attempts that died (a crash, a retried bundle)."""
-    single = output_part_path(episodes_file, 0, 1)
+    single = paths.output_part_path(episodes_file, 0, 1)
     folder, tail = _split(out_root, single)
     stem = tail[: -len(".parquet")]
     found = []
@@ -89,9 +108,26 @@ def leftover_tmps(out_root: str, episodes_file: str) -> list[str]:
     return found
 
 
+def discard_episodes_file(out_root: str, episodes_file: str, results: Sequence[PartResult]) -> None:
+    """Remove every part of an episodes file, written or temporary: a failed file leaves nothing."""
+    for r in results:
+        if r.tmp_uri:
+            storage.remove(r.tmp_uri)
+    for uri in stale_outputs(out_root, episodes_file, keep=()) + leftover_tmps(out_root, episodes_file):
+        storage.remove(uri)
+
+
 def commit_episodes_file(out_root: str, dataset: str, episodes_file: str, results: Sequence[PartResult],
                          extra_failures: Sequence[FailureRecord] = ()) -> FileOutcome:
-    """Move every part of an episodes file into place, or none; report the outcome."""
+    """Move every part of an episodes file into place, or none; report the outcome.
+
+    Args:
+        out_root: the dataset's output root.
+        dataset: the dataset root URI.
+        episodes_file: the episodes file, relative to the dataset root.
+        results: what the part writers did, one per part.
+        extra_failures: failures found elsewhere that fail the file (a duplicated episode).
+    """
     results = sorted(results, key=lambda r: r.part)
     expected = results[0].num_parts if results else 0
     episode_indices = tuple(ep for r in results for ep in r.episode_indices)
@@ -100,56 +136,75 @@ def commit_episodes_file(out_root: str, dataset: str, episodes_file: str, result
         failures.append(FailureRecord(dataset=dataset, episodes_file=episodes_file, episode_index=None,
                                       file=episodes_file, rule="accounting",
                                       message=f"expected parts 0..{expected - 1}, got {[r.part for r in results]}"))
-    paths = [output_part_path(episodes_file, r.part, expected) for r in results]
     if failures:
-        for r in results:
-            if r.tmp_uri:
-                storage.remove(r.tmp_uri)
-        for uri in stale_outputs(out_root, episodes_file, keep=()) + leftover_tmps(out_root, episodes_file):
-            storage.remove(uri)
+        discard_episodes_file(out_root, episodes_file, results)
         return failed_file(dataset, episodes_file, episode_indices, failures)
-    for r, path in zip(results, paths):
+    written = [paths.output_part_path(episodes_file, r.part, expected) for r in results]
+    for r, path in zip(results, written):
         storage.commit(r.tmp_uri, storage.join(out_root, path))
-    for uri in stale_outputs(out_root, episodes_file, keep=paths) + leftover_tmps(out_root, episodes_file):
+    for uri in stale_outputs(out_root, episodes_file, keep=written) + leftover_tmps(out_root, episodes_file):
         storage.remove(uri)
     notes = tuple(f"part {r.part} holds one episode ({r.episode_indices[0]}) whose data files span {r.data_bytes} "
                   "bytes, over the part limit" for r in results if r.oversized)
-    return FileOutcome(dataset=dataset, episodes_file=episodes_file, status="imported", parts=tuple(paths),
+    part_files = tuple(PartFile(path, r.bytes, len(r.episode_indices), r.sha256) for r, path in zip(results, written))
+    return FileOutcome(dataset=dataset, episodes_file=episodes_file, status="imported", parts=tuple(written),
                        episodes=len(episode_indices), episodes_written=len(episode_indices),
                        frames=sum(r.frames for r in results), bytes=sum(r.bytes for r in results),
-                       data_bytes=sum(r.data_bytes for r in results), notes=notes)
+                       data_bytes=sum(r.data_bytes for r in results), notes=notes, part_files=part_files)
 
 
 def errors_jsonl(failures: Iterable[FailureRecord]) -> bytes:
+    """errors.jsonl: one JSON object per failure, in a stable order."""
     rows = sorted(failures, key=FailureRecord.sort_key)
     return "".join(json.dumps(f.to_json_dict(), sort_keys=True) + "\n" for f in rows).encode()
 
 
-def manifest(dataset: str, info_sha256: Optional[str], outcomes: Sequence[FileOutcome], *,
-             started_at: str, finished_at: str, media_index_files: Sequence[str] = (),
-             dataset_failures: Sequence[FailureRecord] = (), source: Optional[dict] = None,
-             run_id: str = "", options: Optional[dict] = None) -> dict:
-    """manifest.json: what was imported, with totals that must add up (episodes read = written + failed)."""
-    files = {}
-    for o in sorted(outcomes, key=lambda o: o.episodes_file):
-        files[o.episodes_file] = {
-            "status": o.status, "parts": list(o.parts), "episodes": o.episodes,
-            "episodes_written": o.episodes_written, "episodes_failed": o.episodes_failed,
-            "frames": o.frames, "bytes": o.bytes,
-            "data_bytes": o.data_bytes, "failures": len(o.failures), "notes": list(o.notes),
-        }
-    failed_episodes = sum(o.episodes_failed for o in outcomes if o.status == "failed")
-    totals = {
+def _file_entry(o: FileOutcome) -> dict:
+    return {
+        "status": o.status, "parts": list(o.parts), "episodes": o.episodes,
+        "episodes_written": o.episodes_written, "episodes_failed": o.episodes_failed,
+        "frames": o.frames, "bytes": o.bytes, "data_bytes": o.data_bytes, "failures": len(o.failures),
+        "notes": list(o.notes), "part_files": [p.to_json() for p in o.part_files],
+    }
+
+
+def _totals(outcomes: Sequence[FileOutcome], dataset_failures: int, warnings: int) -> dict:
+    return {
         "episodes_files": len(outcomes),
         "episodes_files_imported": sum(o.status == "imported" for o in outcomes),
         "episodes_files_failed": sum(o.status == "failed" for o in outcomes),
         "episodes": sum(o.episodes for o in outcomes),
         "episodes_written": sum(o.episodes_written for o in outcomes),
-        "episodes_failed": failed_episodes,
+        "episodes_failed": sum(o.episodes_failed for o in outcomes if o.status == "failed"),
         "frames": sum(o.frames for o in outcomes),
         "bytes": sum(o.bytes for o in outcomes),
-        "errors": sum(len(o.failures) for o in outcomes) + len(dataset_failures),
+        "errors": sum(len(o.failures) for o in outcomes) + dataset_failures,
+        "warnings": warnings,
     }
+
+
+def manifest(dataset: str, info_sha256: Optional[str], outcomes: Sequence[FileOutcome], *,
+             started_at: str, finished_at: str, media_index_files: Sequence[str] = (),
+             dataset_failures: Sequence[FailureRecord] = (), source: Optional[dict] = None,
+             run_id: str = "", options: Optional[dict] = None, warnings: Sequence[WarningRecord] = (),
+             notes: Sequence[str] = ()) -> dict:
+    """manifest.json: what was imported, with totals that must add up (episodes read = written + failed).
+
+    Args:
+        dataset: the dataset root URI.
+        info_sha256: the digest of its meta/info.json as read, None when it could not be read.
+        outcomes: one per episodes file.
+        started_at, finished_at: the run's times (ISO 8601, UTC).
+        media_index_files: the media_index parts written, relative to the output root.
+        dataset_failures: failures of the dataset as a whole (before any episodes file was read).
+        source: the dataset's fingerprint, to skip it next time when unchanged.
+        run_id: the run's id.
+        options: the options that shape the output.
+        warnings: quirks that imported fine but matter to readers.
+        notes: dataset-level remarks (e.g. that `--skip-videos` imports the rest).
+    """
+    listed = sorted(warnings, key=WarningRecord.sort_key)
+    totals = _totals(outcomes, len(dataset_failures), len(listed))
     return {
         "dataset": dataset,
         "info_json_sha256": info_sha256,
@@ -157,10 +212,12 @@ def manifest(dataset: str, info_sha256: Optional[str], outcomes: Sequence[FileOu
         "run_id": run_id,
         "options": options,
         "status": "imported" if totals["errors"] == 0 else "failed",
-        "episodes_files": files,
+        "episodes_files": {o.episodes_file: _file_entry(o) for o in sorted(outcomes, key=lambda o: o.episodes_file)},
         "media_index": list(media_index_files),
         "totals": totals,
-        "tool": {"name": TOOL_NAME, "version": TOOL_VERSION},
+        "warnings": [w.to_json() for w in listed],
+        "notes": list(notes),
+        "tool": {"name": TOOL_NAME, "version": tool_version()},
         "started_at": started_at,
         "finished_at": finished_at,
     }
@@ -168,4 +225,3 @@ def manifest(dataset: str, info_sha256: Optional[str], outcomes: Sequence[FileOu
 
 def now_iso() -> str:
     return datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
-

@@ -1,4 +1,4 @@
-"""The `spql.*` Arrow extension types an imported episode uses (mapping §2).
+"""The `spql.*` Arrow extension types an imported episode uses.
 
 Each type is a pyarrow extension type whose extension name is its id and whose serialized
 metadata is the compact, key-sorted JSON of its bridges (and parameters), with the storage that
@@ -167,7 +167,7 @@ class ClipRefType(SpqlExtensionType):
         return pa.struct([
             _f("media", EncodedMediaType.instance()), _f("stream_indices", _list(pa.int32())),
             # The reference writes start/end as spql.Duration, not the plain duration("ns") of
-            # spiral/types.py: the reference wins (mapping §0).
+            # spiral/types.py: where the two disagree, the reference's output is what we match.
             _f("start", DurationType.instance()), _f("end", DurationType.instance()),
         ])
 
@@ -211,6 +211,11 @@ def clip_ref() -> pa.DataType:
 
 def duration() -> pa.DataType:
     return DurationType.instance()
+
+
+def storage_of(array: pa.Array) -> pa.Array:
+    """The storage of an extension array (a spql.* value is a struct underneath); other arrays as they are."""
+    return array.storage if isinstance(array, pa.ExtensionArray) else array
 
 
 def null_media_index(n: int) -> pa.Array:

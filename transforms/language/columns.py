@@ -1,20 +1,20 @@
 """LeRobot language columns (`language_persistent`, `language_events`): canonical types, the
 normalisation of what the annotation writer really puts on disk, and validation.
 
-Canonical types (mapping §8, LeRobot `datasets/language.py`):
+Canonical types (LeRobot's `datasets/language.py` schema):
 
     language_persistent: list<item: struct<role utf8 not null, content utf8, style utf8,
                                            timestamp float32 not null, camera utf8,
                                            tool_calls list<item: arrow.json>>>
     language_events:     the same struct without `timestamp`
 
-Decisions where the spec is silent (see also `normalize_language_column`):
+Decisions LeRobot's schema leaves open (see also `normalize_language_column`):
 
 * List items are nullable, exactly as LeRobot's `pa.list_(row_type)`. A null row survives
   normalisation (it is the on-disk value) but `validate_language` rejects it: LeRobot's renderer
   silently skips null rows and its writer never produces them.
-* A null list (a frame whose cell is null) stays null (mapping §2: "a null in the data file is a
-  null here"); LeRobot treats null and `[]` alike, and so do the comparisons below.
+* A null list (a frame whose cell is null) stays null, as every null of a data file stays null in
+  the import; LeRobot treats null and `[]` alike, and so do the comparisons below.
 * Each tool call is stored as one `arrow.json` value: compact JSON with keys sorted
   (`json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=False)`). Sorted keys
   are what LeRobot itself sees: the writer lets pyarrow infer a struct whose fields come out
@@ -37,7 +37,6 @@ from transforms.errors import LeRobotImportError
 
 LANGUAGE_PERSISTENT = "language_persistent"
 LANGUAGE_EVENTS = "language_events"
-LANGUAGE_COLUMNS = (LANGUAGE_PERSISTENT, LANGUAGE_EVENTS)
 
 PERSISTENT_ROW_FIELDS = ("role", "content", "style", "timestamp", "camera", "tool_calls")
 EVENT_ROW_FIELDS = ("role", "content", "style", "camera", "tool_calls")
@@ -396,6 +395,31 @@ def _first(mask: Any) -> Optional[int]:
     return int(hits[0]) if len(hits) else None
 
 
+@dataclass(frozen=True)
+class _EpisodeFrames:
+    """What validation messages and the default bounds need of an episode's frames."""
+
+    episode_index: int
+    frame_index: np.ndarray
+    timestamps: np.ndarray
+    cameras: list[str]
+
+    def frame_at(self, position: int) -> int:
+        """The frame_index of the frame at `position` (the position itself when frame_index is empty)."""
+        return int(self.frame_index[position]) if len(self.frame_index) else int(position)
+
+    def error(self, feature: str, position: int, row: int, problem: str) -> LeRobotImportError:
+        return LeRobotImportError(
+            "language", f"{feature}: episode {self.episode_index} frame {self.frame_at(position)} row {row}: "
+                        f"{problem}", episode_index=self.episode_index)
+
+
+def _numpy(values: Any, dtype: Any = None) -> np.ndarray:
+    if isinstance(values, (pa.Array, pa.ChunkedArray)):
+        values = values.to_numpy(zero_copy_only=False)
+    return np.asarray(values, dtype=dtype)
+
+
 def validate_language(persistent: Optional[ArrayLike], events: Optional[ArrayLike], *, episode_index: int,
                       frame_index: Any, timestamps: Any, camera_keys: Collection[str],
                       episode_start: Optional[float] = None, episode_end: Optional[float] = None,
@@ -403,10 +427,7 @@ def validate_language(persistent: Optional[ArrayLike], events: Optional[ArrayLik
                       events_feature: str = LANGUAGE_EVENTS) -> None:
     """Check one whole episode's canonical language columns; raise on the first broken rule.
 
-    `persistent` / `events` are the normalised columns of the episode's frames in frame order
-    (either may be None when the dataset lacks it); `frame_index` and `timestamps` are the
-    frames' values (used in messages and for the default bounds). Rules, each raising
-    `LeRobotImportError(rule="language")` whose message names episode, frame and row:
+    Rules, each raising `LeRobotImportError(rule="language")` whose message names episode, frame and row:
 
     * a row is null;
     * a style that is not one of LeRobot's styles;
@@ -414,83 +435,107 @@ def validate_language(persistent: Optional[ArrayLike], events: Optional[ArrayLik
       event styles and `style=None` in `language_events`);
     * `vqa`/`trace` rows without a `camera` that is one of `camera_keys` (the dataset's
       `observation.images.*` features); rows of any other style with a camera (even `""`);
-    * a persistent row whose timestamp lies outside `[episode_start, episode_end]`, by default
-      the episode's first and last frame timestamps (compared in float32, both ends included:
-      the writer stamps rows with frame timestamps, and a row after the last frame can never
-      become active). NaN is outside;
+    * a persistent row whose timestamp lies outside `[episode_start, episode_end]` (compared in
+      float32, both ends included: the writer stamps rows with frame timestamps, and a row after the
+      last frame can never become active). NaN is outside;
     * persistent lists that differ between frames (the writer broadcasts one list per episode;
       a null list counts as empty).
+
+    Args:
+        persistent, events: the normalised columns of the episode's frames in frame order (either may
+            be None when the dataset lacks it).
+        episode_index: the episode, for messages.
+        frame_index, timestamps: the frames' values (for messages and the default bounds).
+        camera_keys: the dataset's image features a view-dependent row may name.
+        episode_start, episode_end: the bounds of persistent timestamps; by default the episode's first
+            and last frame timestamps.
+        persistent_feature, events_feature: the columns' names, for messages.
     """
-    frame_index = np.asarray(frame_index.to_numpy(zero_copy_only=False)
-                             if isinstance(frame_index, (pa.Array, pa.ChunkedArray)) else frame_index)
-    ts = np.asarray(timestamps.to_numpy(zero_copy_only=False)
-                    if isinstance(timestamps, (pa.Array, pa.ChunkedArray)) else timestamps, dtype=np.float64)
-    cameras = sorted(set(camera_keys))
-
-    def fail(feature: str, flat: _FlatRows, k: int, problem: str) -> None:
-        frame = int(frame_index[flat.frame_pos[k]]) if len(frame_index) else int(flat.frame_pos[k])
-        raise LeRobotImportError(
-            "language", f"{feature}: episode {episode_index} frame {frame} row {int(flat.row_no[k])}: {problem}",
-            episode_index=episode_index)
-
+    frames = _EpisodeFrames(episode_index, _numpy(frame_index), _numpy(timestamps, np.float64),
+                            sorted(set(camera_keys)))
+    ts = frames.timestamps
+    start = np.float32(episode_start if episode_start is not None else (ts.min() if len(ts) else 0.0))
+    end = np.float32(episode_end if episode_end is not None else (ts.max() if len(ts) else 0.0))
     columns = []
     if persistent is not None:
         columns.append(("persistent", persistent_feature, _combine(persistent)))
     if events is not None:
         columns.append(("events", events_feature, _combine(events)))
-
     for kind, feature, column in columns:
         flat = _flatten(column)
         if len(flat.rows) == 0:
             continue
-        rows = flat.rows
-        k = _first(rows.is_null())
-        if k is not None:
-            fail(feature, flat, k, "the row is null")
-        style = pc.struct_field(rows, "style")
-        known = pc.is_in(style, value_set=pa.array(sorted(CORE_STYLES)))
-        k = _first(pc.and_(style.is_valid(), pc.invert(known)))
-        if k is not None:
-            fail(feature, flat, k, f"unknown style {style[k].as_py()!r}")
+        problem = _row_problem(kind, flat.rows, frames.cameras, start, end)
+        if problem is not None:
+            k, text = problem
+            raise frames.error(feature, int(flat.frame_pos[k]), int(flat.row_no[k]), text)
         if kind == "persistent":
-            k = _first(pc.invert(pc.fill_null(pc.is_in(style, value_set=pa.array(sorted(PERSISTENT_STYLES))), False)))
-            if k is not None:
-                fail(feature, flat, k, f"style {style[k].as_py()!r} belongs in {LANGUAGE_EVENTS}")
-        else:
-            k = _first(pc.is_in(style, value_set=pa.array(sorted(PERSISTENT_STYLES))))
-            if k is not None:
-                fail(feature, flat, k, f"style {style[k].as_py()!r} belongs in {LANGUAGE_PERSISTENT}")
-        camera = pc.struct_field(rows, "camera")
-        view = pc.fill_null(pc.is_in(style, value_set=pa.array(sorted(VIEW_DEPENDENT_STYLES))), False)
-        on_dataset_camera = pc.fill_null(pc.is_in(camera, value_set=pa.array(cameras, pa.string())), False)
-        k = _first(pc.and_(view, pc.invert(on_dataset_camera)))
+            _check_broadcast(column, feature, frames)
+
+
+def _row_problem(kind: Kind, rows: pa.StructArray, cameras: list[str], start: np.float32,
+                 end: np.float32) -> Optional[tuple[int, str]]:
+    """(flat row position, what is wrong) of the first row breaking a per-row rule, in the rules' order."""
+    k = _first(rows.is_null())
+    if k is not None:
+        return k, "the row is null"
+    style = pc.struct_field(rows, "style")
+    problem = _style_problem(kind, style) or _camera_problem(style, pc.struct_field(rows, "camera"), cameras)
+    if problem is None and kind == "persistent":
+        problem = _timestamp_problem(pc.struct_field(rows, "timestamp"), start, end)
+    return problem
+
+
+def _style_problem(kind: Kind, style: pa.Array) -> Optional[tuple[int, str]]:
+    """An unknown style, or a style in the other column."""
+    known = pc.is_in(style, value_set=pa.array(sorted(CORE_STYLES)))
+    k = _first(pc.and_(style.is_valid(), pc.invert(known)))
+    if k is not None:
+        return k, f"unknown style {style[k].as_py()!r}"
+    persistent_style = pc.is_in(style, value_set=pa.array(sorted(PERSISTENT_STYLES)))
+    if kind == "persistent":
+        k = _first(pc.invert(pc.fill_null(persistent_style, False)))
         if k is not None:
-            fail(feature, flat, k,
-                 f"a row of view-dependent style {style[k].as_py()!r} needs a camera that is one of the "
-                 f"dataset's image features {cameras}, got camera={camera[k].as_py()!r}")
-        k = _first(pc.and_(pc.invert(view), camera.is_valid()))
+            return k, f"style {style[k].as_py()!r} belongs in {LANGUAGE_EVENTS}"
+    else:
+        k = _first(persistent_style)
         if k is not None:
-            fail(feature, flat, k, f"a row of style {style[k].as_py()!r} must have no camera, "
-                                   f"got camera={camera[k].as_py()!r}")
-        if kind == "persistent":
-            start = np.float32(episode_start if episode_start is not None else (ts.min() if len(ts) else 0.0))
-            end = np.float32(episode_end if episode_end is not None else (ts.max() if len(ts) else 0.0))
-            row_ts = pc.struct_field(rows, "timestamp").to_numpy(zero_copy_only=False).astype(np.float32)
-            with np.errstate(invalid="ignore"):
-                inside = (row_ts >= start) & (row_ts <= end)
-            k = _first(~inside)
-            if k is not None:
-                fail(feature, flat, k, f"timestamp {float(row_ts[k])!r} lies outside the episode "
-                                       f"[{float(start)!r}, {float(end)!r}]")
-            mismatch = persistent_mismatch(column)
-            if mismatch is not None:
-                frame_pos, row = mismatch
-                frame = int(frame_index[frame_pos]) if len(frame_index) else frame_pos
-                first = int(frame_index[0]) if len(frame_index) else 0
-                raise LeRobotImportError(
-                    "language", f"{feature}: episode {episode_index} frame {frame} row {row}: the persistent rows "
-                                f"differ from those of frame {first} (they must be the same on every frame)",
-                    episode_index=episode_index)
+            return k, f"style {style[k].as_py()!r} belongs in {LANGUAGE_PERSISTENT}"
+    return None
+
+
+def _camera_problem(style: pa.Array, camera: pa.Array, cameras: list[str]) -> Optional[tuple[int, str]]:
+    """A view-dependent row without one of the dataset's cameras, or another row with a camera."""
+    view = pc.fill_null(pc.is_in(style, value_set=pa.array(sorted(VIEW_DEPENDENT_STYLES))), False)
+    on_dataset_camera = pc.fill_null(pc.is_in(camera, value_set=pa.array(cameras, pa.string())), False)
+    k = _first(pc.and_(view, pc.invert(on_dataset_camera)))
+    if k is not None:
+        return k, (f"a row of view-dependent style {style[k].as_py()!r} needs a camera that is one of the "
+                   f"dataset's image features {cameras}, got camera={camera[k].as_py()!r}")
+    k = _first(pc.and_(pc.invert(view), camera.is_valid()))
+    if k is not None:
+        return k, f"a row of style {style[k].as_py()!r} must have no camera, got camera={camera[k].as_py()!r}"
+    return None
+
+
+def _timestamp_problem(timestamps: pa.Array, start: np.float32, end: np.float32) -> Optional[tuple[int, str]]:
+    """A persistent row stamped outside [start, end] (float32, both ends in; NaN is outside)."""
+    row_ts = timestamps.to_numpy(zero_copy_only=False).astype(np.float32)
+    with np.errstate(invalid="ignore"):
+        inside = (row_ts >= start) & (row_ts <= end)
+    k = _first(~inside)
+    if k is not None:
+        return k, f"timestamp {float(row_ts[k])!r} lies outside the episode [{float(start)!r}, {float(end)!r}]"
+    return None
+
+
+def _check_broadcast(column: pa.Array, feature: str, frames: _EpisodeFrames) -> None:
+    """The persistent list must be the same on every frame (the writer broadcasts one per episode)."""
+    mismatch = persistent_mismatch(column)
+    if mismatch is not None:
+        frame_pos, row = mismatch
+        raise frames.error(feature, frame_pos, row, f"the persistent rows differ from those of frame "
+                                                    f"{frames.frame_at(0)} (they must be the same on every frame)")
 
 
 def _combine(column: ArrayLike) -> pa.Array:

@@ -1,31 +1,92 @@
-"""Read one data file once for all the episodes that need it: only their row groups (mapping §3).
+"""Read one data file once for all the episodes that need it: only their row groups, as raw Arrow.
 
 The `index` column is read whole (it is small) to check it is consecutive and to turn each
 episode's index range into row offsets; then only the row groups covering those rows are read,
-with only the feature columns, each row group at most once.
+with only the feature columns, each row group at most once. Rows come back as the file stores them:
+typing them as info.json declares is the episode record's job (`transforms.episode.frames`).
 """
 
 from __future__ import annotations
 
 import bisect
 import dataclasses
-from typing import Iterator, Sequence, TypeVar, Union
+from typing import Generic, Iterator, Optional, Sequence, TypeVar
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from transforms.episode import frames as frames_lib
 from transforms import storage
 from transforms.lerobot.info import DatasetInfo
 from transforms.lerobot.episodes_files import EpisodeRow
 from transforms.errors import LeRobotImportError
 
 K = TypeVar("K")
-#: Row groups read (and converted) together: at most this many uncompressed bytes, so a worker's
-#: memory is bounded by this batch or the largest episode, not by the data file.
+#: Row groups read together: at most this many uncompressed bytes, so a worker's memory is bounded
+#: by this batch or the largest episode, not by the data file.
 BATCH_BYTES = 64 * 1024 * 1024
-FramesOrError = Union[pa.StructArray, LeRobotImportError]
+
+
+@dataclasses.dataclass(frozen=True)
+class IndexLayout:
+    """Where each global frame `index` lies in a data file whose `index` column is consecutive."""
+
+    first_index: int
+    num_rows: int
+
+    def rows_of(self, from_index: int, to_index: int, *, episode_index: int, file: str) -> tuple[int, int]:
+        """The [first, end) rows of the frames from_index..to_index, or `frames_outside_file`."""
+        last = self.first_index + self.num_rows
+        if from_index < self.first_index or to_index > last:
+            raise LeRobotImportError(
+                "frames_outside_file", f"episode {episode_index} spans frames {from_index}..{to_index}, outside its "
+                f"data file's {self.first_index}..{last}", episode_index=episode_index, file=file)
+        return from_index - self.first_index, to_index - self.first_index
+
+
+def index_layout(index: pa.Array | pa.ChunkedArray, *, file: str) -> IndexLayout:
+    """Check that a data file's `index` column is consecutive and say where it starts."""
+    if isinstance(index, pa.ChunkedArray):
+        index = index.combine_chunks()
+    if index.null_count:
+        raise LeRobotImportError("index_not_consecutive", "the data file's `index` column holds nulls", file=file)
+    if not pa.types.is_integer(index.type):
+        try:
+            index = index.cast(pa.int64(), safe=True)
+        except pa.ArrowException:
+            raise LeRobotImportError("column_type", f"the data file's `index` column is {index.type}, not integers",
+                                     file=file) from None
+    values = index.to_numpy(zero_copy_only=False).astype(np.int64, copy=False)
+    if len(values) == 0:
+        return IndexLayout(0, 0)
+    steps = np.diff(values)
+    bad = np.flatnonzero(steps != 1)
+    if len(bad):
+        i = int(bad[0])
+        raise LeRobotImportError("index_not_consecutive", f"the data file's `index` column is not consecutive: row "
+                                 f"{i + 1} holds {values[i + 1]} after {values[i]}", file=file)
+    return IndexLayout(int(values[0]), len(values))
+
+
+@dataclasses.dataclass(frozen=True)
+class EpisodeSlice(Generic[K]):
+    """One episode's rows in its batch's table ([offset, offset + length)), or why they cannot be read."""
+
+    key: K
+    row: EpisodeRow
+    offset: int = 0
+    length: int = 0
+    error: Optional[LeRobotImportError] = None
+
+
+@dataclasses.dataclass(frozen=True)
+class SliceBatch(Generic[K]):
+    """Episodes of one data file read together: the raw rows spanning them (the feature columns, as
+    stored; None when nothing could be read) and where each episode lies in those rows."""
+
+    file: str
+    table: Optional[pa.Table]
+    slices: tuple[EpisodeSlice[K], ...]
 
 
 @dataclasses.dataclass
@@ -42,11 +103,18 @@ class _RowGroups:
 
 class DataFileReader:
     """One open data file: its footer, row groups and checked `index` layout, read once and reused for
-    every episode that needs rows of it (a worker keeps a few open)."""
+    every episode that needs rows of it (a worker keeps a few open).
+
+    Args:
+        root: the dataset root URI.
+        relative: the data file, relative to the root.
+        info: the dataset's info.json (which feature columns to read).
+        counter: what the reads cost, added up across files.
+    """
 
     def __init__(self, root: str, relative: str, info: DatasetInfo, counter: storage.ReadCounter) -> None:
         self.relative = relative
-        self._info = info
+        self._columns = [f.name for f in info.frame_features]
         self._source = None
         self._error: LeRobotImportError | None = None
         try:
@@ -62,37 +130,39 @@ class DataFileReader:
     def _open(self) -> None:
         pf = pq.ParquetFile(self._source)
         names = set(pf.schema_arrow.names)
-        if "index" not in names:
-            raise LeRobotImportError("missing_column", "the data file has no `index` column", file=self.relative)
-        for feature in self._info.frame_features:
-            if feature.name not in names:
-                raise LeRobotImportError("missing_column", f"the data file has no `{feature.name}` column",
-                                         file=self.relative)
-        self._layout = frames_lib.index_layout(pf.read(columns=["index"]).column("index"), file=self.relative)
+        for name in ["index", *self._columns]:
+            if name not in names:
+                raise LeRobotImportError("missing_column", f"the data file has no `{name}` column", file=self.relative)
+        self._layout = index_layout(pf.read(columns=["index"]).column("index"), file=self.relative)
         md = pf.metadata
-        self._groups = _RowGroups(np.concatenate([[0], np.cumsum([md.row_group(i).num_rows
-                                                                  for i in range(md.num_row_groups)])]).astype(np.int64))
+        rows = [md.row_group(i).num_rows for i in range(md.num_row_groups)]
+        self._groups = _RowGroups(np.concatenate([[0], np.cumsum(rows)]).astype(np.int64))
         self._pf = pf
 
-    def read(self, episodes: Sequence[tuple[K, EpisodeRow]]) -> Iterator[list[tuple[K, EpisodeRow, FramesOrError]]]:
-        """Yield, batch by batch, every episode's frames (or the error that stops it)."""
+    def read(self, episodes: Sequence[tuple[K, EpisodeRow]]) -> Iterator[SliceBatch[K]]:
+        """Yield, batch by batch, the raw rows of every episode (or the error that stops it).
+
+        Args:
+            episodes: (key, row) of each episode wanted from this file; the key comes back with it.
+        """
         if self._error is not None:
             ex = self._error
-            yield [(key, row, LeRobotImportError(ex.rule, ex.message, file=ex.file or self.relative,
-                                                 episode_index=row.episode_index)) for key, row in episodes]
+            yield SliceBatch(self.relative, None, tuple(
+                EpisodeSlice(key, row, error=LeRobotImportError(ex.rule, ex.message, file=ex.file or self.relative,
+                                                                episode_index=row.episode_index))
+                for key, row in episodes))
             return
-        columns = [f.name for f in self._info.frame_features]
         planned = []
         for key, row in sorted(episodes, key=lambda kr: kr[1].from_index):
             try:
                 first, end = self._layout.rows_of(row.from_index, row.to_index, episode_index=row.episode_index,
                                                   file=self.relative)
             except LeRobotImportError as ex:
-                yield [(key, row, ex)]
+                yield SliceBatch(self.relative, None, (EpisodeSlice(key, row, error=ex),))
                 continue
             planned.append((key, row, first, end))
         for batch in _batches(planned, self._groups, self._pf.metadata):
-            yield list(_read_batch(self._pf, self.relative, self._info, columns, self._groups, batch))
+            yield _read_batch(self._pf, self.relative, self._columns, self._groups, batch)
 
     def close(self) -> None:
         if self._source is not None:
@@ -124,49 +194,24 @@ def _batches(planned: list, groups: _RowGroups, md) -> Iterator[list]:
         yield batch
 
 
-def _read_batch(pf, relative: str, info: DatasetInfo, columns: list[str], groups: _RowGroups, batch: list
-                ) -> Iterator[tuple]:
-    """Read the row groups of a batch once, convert its row span once, and slice it per episode.
-
-    A conversion error in the span is pinned to its episode by converting episode by episode."""
+def _read_batch(pf, relative: str, columns: list[str], groups: _RowGroups, batch: list) -> SliceBatch:
+    """Read the row groups of a batch once and cut the rows its episodes span."""
     spans = [(first, end) for _, _, first, end in batch if end > first]
     if not spans:
         empty = pa.table({c: pa.array([], pf.schema_arrow.field(c).type) for c in columns})
-        for key, row, _, _ in batch:
-            yield key, row, _convert(empty, info, row, relative)
-        return
+        return SliceBatch(relative, empty, tuple(EpisodeSlice(key, row) for key, row, _, _ in batch))
     lo, hi = min(f for f, _ in spans), max(e for _, e in spans)
     g0, _ = groups.covering(lo, lo + 1)
     _, g1 = groups.covering(hi - 1, hi)
     try:
         table = pf.read_row_groups(list(range(g0, g1)), columns=columns)
     except (pa.ArrowException, OSError, ValueError) as ex:
-        err = LeRobotImportError("data_file", f"reading row groups {g0}..{g1 - 1} of the data file failed: {ex}",
-                                 file=relative)
-        for key, row, _, _ in batch:
-            yield key, row, LeRobotImportError(err.rule, err.message, file=relative, episode_index=row.episode_index)
-        return
-    base = int(groups.starts[g0])
-    span = table.slice(lo - base, hi - lo)
-    try:
-        converted = frames_lib.convert_frames(span, info, episode_index=None, file=relative, validate=False)
-    except LeRobotImportError:
-        converted = None  # find which episode breaks the rule
-    for key, row, first, end in batch:
-        if converted is None:
-            yield key, row, _convert(span.slice(first - lo, end - first), info, row, relative)
-            continue
-        frames = converted.slice(first - lo, end - first)
-        try:
-            frames_lib.validate_frames(frames, info, episode_index=row.episode_index, file=relative)
-        except LeRobotImportError as ex:
-            yield key, row, ex.with_context(episode_index=row.episode_index, file=relative)
-            continue
-        yield key, row, frames
-
-
-def _convert(table: pa.Table, info: DatasetInfo, row: EpisodeRow, relative: str) -> FramesOrError:
-    try:
-        return frames_lib.convert_frames(table, info, episode_index=row.episode_index, file=relative)
-    except LeRobotImportError as ex:
-        return ex.with_context(episode_index=row.episode_index, file=relative)
+        message = f"reading row groups {g0}..{g1 - 1} of the data file failed: {ex}"
+        return SliceBatch(relative, None, tuple(
+            EpisodeSlice(key, row, error=LeRobotImportError("data_file", message, file=relative,
+                                                            episode_index=row.episode_index))
+            for key, row, _, _ in batch))
+    span = table.slice(lo - int(groups.starts[g0]), hi - lo)
+    # An episode without frames may lie outside the span: it gets an empty slice at its edge.
+    return SliceBatch(relative, span, tuple(
+        EpisodeSlice(key, row, min(max(first - lo, 0), hi - lo), end - first) for key, row, first, end in batch))

@@ -1,7 +1,9 @@
 """`meta/info.json` as a typed model: features in declared order and safe path templates.
 
 Everything the import derives from info.json (the episode type, where files are, which cameras get
-a MediaIndex) comes from this one model, so every rule about info.json lives here (mapping §1, §2).
+a MediaIndex) comes from this one model, so every rule about info.json lives here. Values that could
+make the import allocate without bound (template widths, shapes, the number of features) are
+limited to what real datasets use, with the limit named in the error.
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ import math
 import re
 from typing import Any, Optional
 
-from transforms.errors import LeRobotImportError
+from transforms.errors import LeRobotImportError, quote, shorten
 
 NUMERIC_DTYPES = ("float16", "float32", "float64", "int8", "int16", "int32", "int64",
                   "uint8", "uint16", "uint32", "uint64")
@@ -22,6 +24,21 @@ INFO_PATH = "meta/info.json"
 EPISODES_DIR = "meta/episodes"
 DEFAULT_FEATURES = ("timestamp", "frame_index", "episode_index", "index", "task_index")
 LANGUAGE_FEATURES = ("language_persistent", "language_events")
+
+#: info.json is read whole: real ones are a few kilobytes (a few hundred with long `names` lists).
+INFO_JSON_MAX_BYTES = 16 * 1024 * 1024
+#: A path template is a short relative path (LeRobot's are under 80 characters).
+TEMPLATE_MAX_CHARS = 1024
+#: `{chunk_index:03d}` pads to 3 digits; a width above this is not a path, it is a request for memory.
+TEMPLATE_MAX_WIDTH = 32
+#: Features per dataset: real datasets declare tens; each one becomes a field of every frame.
+MAX_FEATURES = 4096
+#: A shape dimension must fit Arrow's 32-bit list sizes and the uint32 image width/height fields.
+MAX_DIM = 2**31 - 1
+#: Values per frame of one numeric feature (16 Mi: a 4096 x 4096 tensor).
+MAX_FEATURE_VALUES = 1 << 24
+#: The versions LeRobot's converter turns into v3.0, and how to call it.
+CONVERTER = "python -m lerobot.datasets.v30.convert_dataset_v21_to_v30 --repo-id={repo_id}"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -51,7 +68,8 @@ class Feature:
 
     @property
     def dim_names(self) -> Optional[list[str]]:
-        """Dimension names: only when `names` names each dimension once (mapping §2)."""
+        """Dimension names: only when `names` names each dimension once (a list of strings, or a dict
+        whose keys are)."""
         names = self.names
         if isinstance(names, dict):
             names = list(names.keys())
@@ -95,17 +113,29 @@ class PathTemplate:
         if not isinstance(self.template, str) or not self.template:
             raise LeRobotImportError("path_template", f"info.json `{self.key}` must be a non-empty string",
                                      file=INFO_PATH)
+        shown = quote(self.template)
+        if len(self.template) > TEMPLATE_MAX_CHARS:
+            raise LeRobotImportError("path_template", f"info.json `{self.key}` {shown} is {len(self.template):,} "
+                                     f"characters long; a path template has at most {TEMPLATE_MAX_CHARS}",
+                                     file=INFO_PATH)
         rest = _PLACEHOLDER.sub("", self.template)
         if "{" in rest or "}" in rest:
-            raise LeRobotImportError("path_template", f"info.json `{self.key}` {self.template!r} has an unclosed "
+            raise LeRobotImportError("path_template", f"info.json `{self.key}` {shown} has an unclosed "
                                      "or unmatched brace", file=INFO_PATH)
         for name, spec in _PLACEHOLDER.findall(self.template):
             if name not in self.allowed:
-                raise LeRobotImportError("path_template", f"info.json `{self.key}` {self.template!r} names unknown "
-                                         f"placeholder `{name}`; allowed: {', '.join(self.allowed)}", file=INFO_PATH)
+                raise LeRobotImportError("path_template", f"info.json `{self.key}` {shown} names unknown "
+                                         f"placeholder `{shorten(name, 40)}`; allowed: {', '.join(self.allowed)}",
+                                         file=INFO_PATH)
             if spec and not _FORMAT_SPEC.match(spec):
-                raise LeRobotImportError("path_template", f"info.json `{self.key}` {self.template!r} uses format "
-                                         f"`{spec}` for `{name}`; only integer formats such as `03d` are allowed",
+                raise LeRobotImportError("path_template", f"info.json `{self.key}` {shown} uses format "
+                                         f"`{shorten(spec, 40)}` for `{name}`; only integer formats such as "
+                                         "`03d` are allowed", file=INFO_PATH)
+            digits = spec[:-1].lstrip("0")
+            if len(digits) > 3 or int(digits or 0) > TEMPLATE_MAX_WIDTH:
+                width = digits if len(digits) <= 12 else f"a {len(digits):,}-digit number of"
+                raise LeRobotImportError("path_template", f"info.json `{self.key}` {shown} pads `{name}` to {width} "
+                                         f"digits; at most {TEMPLATE_MAX_WIDTH} are allowed (LeRobot writes `03d`)",
                                          file=INFO_PATH)
         check_relative_path(self.template, what=f"info.json `{self.key}`")
 
@@ -123,7 +153,7 @@ class PathTemplate:
             return format(value, spec or "d")
 
         path = _PLACEHOLDER.sub(sub, self.template)
-        check_relative_path(path, what=f"`{self.key}` rendered as {path!r}")
+        check_relative_path(path, what=f"`{self.key}` rendered as {quote(path)}")
         return path
 
 
@@ -171,22 +201,17 @@ class DatasetInfo:
         return self.video_path.render(video_key=video_key, chunk_index=chunk_index, file_index=file_index)
 
 
-def parse_info(raw: bytes) -> DatasetInfo:
-    """Parse and validate info.json bytes (mapping §1, §2, §6)."""
-    try:
-        doc = json.loads(raw.decode("utf-8"))
-    except UnicodeDecodeError as ex:
-        raise LeRobotImportError("info_json", f"meta/info.json is not UTF-8 ({ex.reason} at byte {ex.start})",
-                                 file=INFO_PATH) from None
-    except json.JSONDecodeError as ex:
-        raise LeRobotImportError("info_json", f"meta/info.json is not JSON: {ex.msg} at line {ex.lineno} "
-                                 f"column {ex.colno}", file=INFO_PATH) from None
-    if not isinstance(doc, dict):
-        raise LeRobotImportError("info_json", "meta/info.json must hold a JSON object", file=INFO_PATH)
-    version = doc.get("codebase_version")
-    if version != "v3.0":
-        raise LeRobotImportError("codebase_version", f"the dataset is codebase version {version!r}; only v3.0 "
-                                 "is read (convert older datasets with LeRobot's converter)", file=INFO_PATH)
+def parse_info(raw: bytes, *, repo_id: Optional[str] = None) -> DatasetInfo:
+    """Parse and validate info.json bytes, in the order a person would look: a JSON object, its
+    codebase version, its features, its path templates.
+
+    Args:
+        raw: the bytes of meta/info.json.
+        repo_id: the dataset's Hugging Face repo id when known, to name in the converter's command.
+    Returns:
+        The validated DatasetInfo. Raises LeRobotImportError naming the rule broken."""
+    doc = _json_object(raw)
+    version = check_codebase_version(doc.get("codebase_version"), repo_id=repo_id)
     features = _parse_features(doc.get("features"))
     if "data_path" not in doc or doc["data_path"] is None:
         raise LeRobotImportError("missing_data_path", "info.json has no `data_path`", file=INFO_PATH)
@@ -199,40 +224,102 @@ def parse_info(raw: bytes) -> DatasetInfo:
                                      "`video_path`", file=INFO_PATH)
         video_path = PathTemplate("video_path", doc["video_path"], ("video_key", "chunk_index", "file_index"))
     fps = doc.get("fps")
-    return DatasetInfo(codebase_version=version, fps=float(fps) if isinstance(fps, (int, float)) else None,
+    fps = float(fps) if isinstance(fps, (int, float)) and not isinstance(fps, bool) else None
+    return DatasetInfo(codebase_version=version, fps=fps if fps is not None and math.isfinite(fps) else None,
                        features=features, data_path=data_path, video_path=video_path,
                        sha256=hashlib.sha256(raw).hexdigest())
+
+
+def _json_object(raw: bytes) -> dict:
+    """info.json as a dict. Hostile JSON (nested thousands of levels deep, numbers of thousands of digits,
+    more than memory holds) is the `info_json` rule like any other JSON that is not a dataset's info."""
+    if len(raw) > INFO_JSON_MAX_BYTES:
+        raise LeRobotImportError("limit", f"meta/info.json is {len(raw):,} bytes; an info.json has at most "
+                                 f"{INFO_JSON_MAX_BYTES:,} (real ones have a few kilobytes)", file=INFO_PATH)
+    try:
+        doc = json.loads(raw.decode("utf-8"))
+    except UnicodeDecodeError as ex:
+        raise LeRobotImportError("info_json", f"meta/info.json is not UTF-8 ({ex.reason} at byte {ex.start})",
+                                 file=INFO_PATH) from None
+    except json.JSONDecodeError as ex:
+        raise LeRobotImportError("info_json", f"meta/info.json is not JSON: {ex.msg} at line {ex.lineno} "
+                                 f"column {ex.colno}", file=INFO_PATH) from None
+    except RecursionError:
+        raise LeRobotImportError("info_json", "meta/info.json nests arrays or objects too deeply to be read "
+                                 "(about a thousand levels); a dataset's info.json nests a few",
+                                 file=INFO_PATH) from None
+    except ValueError:  # Python refuses integers of more than 4,300 digits
+        raise LeRobotImportError("info_json", "meta/info.json holds an integer of more than 4,300 digits, which "
+                                 "is not read; a dataset's info.json holds counts, sizes and fps",
+                                 file=INFO_PATH) from None
+    except MemoryError:
+        raise LeRobotImportError("info_json", f"meta/info.json ({len(raw):,} bytes) does not fit in memory once "
+                                 "parsed", file=INFO_PATH) from None
+    if not isinstance(doc, dict):
+        raise LeRobotImportError("info_json", "meta/info.json must hold a JSON object", file=INFO_PATH)
+    return doc
+
+
+def check_codebase_version(version: Any, *, repo_id: Optional[str] = None) -> str:
+    """The dataset's `codebase_version`, if it is the v3.0 this importer reads; otherwise the error says
+    which version the dataset is and how to get a v3.0 copy of it."""
+    if version == "v3.0":
+        return version
+    if version is None:
+        raise LeRobotImportError("codebase_version", "meta/info.json has no `codebase_version`; LeRobot writes it "
+                                 "in every dataset (\"v3.0\" for the datasets this importer reads): is this a "
+                                 "LeRobot dataset's info.json?", file=INFO_PATH)
+    shown = shorten(version, 40) if isinstance(version, str) else quote(version, 40)
+    if isinstance(version, str) and version.startswith("v2."):
+        command = CONVERTER.format(repo_id=repo_id or "<repo id>")
+        first = (" (a v2.0 dataset needs LeRobot's v2.0 to v2.1 conversion first)" if version.startswith("v2.0")
+                 else "")
+        raise LeRobotImportError("codebase_version", f"the dataset is LeRobot {shown} (codebase_version in "
+                                 "meta/info.json: one Parquet file and one MP4 per episode, episodes listed in "
+                                 "meta/episodes.jsonl); this importer reads v3.0 only. Convert it with LeRobot's "
+                                 f"converter, `{command}`{first}, and import the converted copy", file=INFO_PATH)
+    raise LeRobotImportError("codebase_version", f"the dataset is codebase version {shown}; only v3.0 is read "
+                             "(convert older datasets with LeRobot's converters)", file=INFO_PATH)
 
 
 def _parse_features(raw: Any) -> tuple[Feature, ...]:
     if not isinstance(raw, dict) or not raw:
         raise LeRobotImportError("bad_feature", "info.json `features` must be a non-empty object", file=INFO_PATH)
-    out = []
-    for name, spec in raw.items():
-        if not isinstance(spec, dict) or not isinstance(spec.get("dtype"), str):
-            raise LeRobotImportError("bad_feature", f"feature `{name}` has no string `dtype`", file=INFO_PATH)
-        if "/" in name or not name:
-            raise LeRobotImportError("bad_feature", f"feature name {name!r} is empty or contains `/`", file=INFO_PATH)
-        shape = spec.get("shape", [1])
-        if shape is None:
-            shape = [1]
-        if (not isinstance(shape, list) or not all(isinstance(d, int) and not isinstance(d, bool) and d > 0
-                                                   for d in shape)):
-            raise LeRobotImportError("bad_feature", f"feature `{name}` has shape {shape!r}; a shape is a list of "
-                                     "positive integers", file=INFO_PATH)
-        info = spec.get("info") if isinstance(spec.get("info"), dict) else {}
-        if "video_info" in spec and isinstance(spec["video_info"], dict):
-            info = {**info, "video_info": spec["video_info"]}
-        feature = Feature(name=name, dtype=spec["dtype"], shape=tuple(shape), names=spec.get("names"), info=info)
-        kind = feature.kind
-        if kind in ("bool", "string") and not feature.is_scalar:
-            raise LeRobotImportError("scalar_shape", f"feature `{name}` ({kind}) has shape {list(shape)}; its dtype "
-                                     "is mapped only as a scalar, shape [1]", file=INFO_PATH)
-        if kind not in ("numeric", "bool", "string", "image", "video", "language"):
-            raise LeRobotImportError("unknown_dtype", f"feature `{name}` has unknown dtype `{feature.dtype}`",
-                                     file=INFO_PATH)
-        if kind == "numeric" and feature.size > 1 << 24:
-            raise LeRobotImportError("bad_feature", f"feature `{name}` declares {feature.size} values per frame",
-                                     file=INFO_PATH)
-        out.append(feature)
-    return tuple(out)
+    if len(raw) > MAX_FEATURES:
+        raise LeRobotImportError("limit", f"info.json declares {len(raw):,} features; at most {MAX_FEATURES:,} "
+                                 "are read (each becomes a field of every frame)", file=INFO_PATH)
+    return tuple(_parse_feature(name, spec) for name, spec in raw.items())
+
+
+def _parse_feature(name: str, spec: Any) -> Feature:
+    shown = shorten(name, 120)
+    if not isinstance(spec, dict) or not isinstance(spec.get("dtype"), str):
+        raise LeRobotImportError("bad_feature", f"feature `{shown}` has no string `dtype`", file=INFO_PATH)
+    if "/" in name or not name:
+        raise LeRobotImportError("bad_feature", f"feature name {quote(name, 120)} is empty or contains `/`",
+                                 file=INFO_PATH)
+    shape = spec.get("shape", [1])
+    if shape is None:
+        shape = [1]
+    if (not isinstance(shape, list)
+            or not all(isinstance(d, int) and not isinstance(d, bool) and d > 0 for d in shape)):
+        raise LeRobotImportError("bad_feature", f"feature `{shown}` has shape {quote(shape, 80)}; a shape is a "
+                                 "list of positive integers", file=INFO_PATH)
+    if len(shape) > 32 or any(d > MAX_DIM for d in shape):
+        raise LeRobotImportError("bad_feature", f"feature `{shown}` has shape {quote(shape, 80)}; a shape has at "
+                                 f"most 32 dimensions of at most {MAX_DIM:,} each", file=INFO_PATH)
+    info = spec.get("info") if isinstance(spec.get("info"), dict) else {}
+    if "video_info" in spec and isinstance(spec["video_info"], dict):
+        info = {**info, "video_info": spec["video_info"]}
+    feature = Feature(name=name, dtype=spec["dtype"], shape=tuple(shape), names=spec.get("names"), info=info)
+    kind = feature.kind
+    if kind in ("bool", "string") and not feature.is_scalar:
+        raise LeRobotImportError("scalar_shape", f"feature `{shown}` ({kind}) has shape {list(shape)}; its dtype "
+                                 "is mapped only as a scalar, shape [1]", file=INFO_PATH)
+    if kind not in ("numeric", "bool", "string", "image", "video", "language"):
+        raise LeRobotImportError("unknown_dtype", f"feature `{shown}` has unknown dtype "
+                                 f"`{shorten(feature.dtype, 60)}`", file=INFO_PATH)
+    if kind == "numeric" and feature.size > MAX_FEATURE_VALUES:
+        raise LeRobotImportError("bad_feature", f"feature `{shown}` declares {feature.size:,} values per frame; at "
+                                 f"most {MAX_FEATURE_VALUES:,} are read", file=INFO_PATH)
+    return feature

@@ -8,14 +8,16 @@ groups whose `episode_index` statistics can hold it. In the default layout each 
 `MediaIndexStore` maps URIs to row groups from the footers' `uri` statistics (one row group per MP4)
 and fetches and caches only the row groups it needs. The `Episode` it returns is therefore the same
 logical record as the `--inline-index` output (`Episode.to_arrow()`), whichever layout was read.
+
+The output is data and is not trusted: every part it lists must lie inside the import root, video
+files are read only inside the import root and the dataset root the manifest names (or the roots the
+caller gives), and each MediaIndex is checked before use (see `confine` and `mp4.arrow.read_track`).
 """
 
 from __future__ import annotations
 
 import bisect
-import collections
 import dataclasses
-import io
 import json
 import threading
 from typing import Any, Callable, Iterator, Optional, Sequence
@@ -26,15 +28,17 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from transforms import storage
-from transforms.episode import spql_types  # noqa: F401  (spql_types registers the extension types)
-from transforms.reader.seek import (DEFAULT_TOLERANCE, FsspecRangeReader, RangeReader, ReaderError, TrackTables,
-                                   VideoHandle)
+from transforms.episode import paths, spql_types
+from transforms.errors import LeRobotImportError
+from transforms.mp4 import ranges
+from transforms.reader.confine import part_uri
+from transforms.reader.episode import Episode, VideoAccess, _LRU
+from transforms.reader.seek import DEFAULT_TOLERANCE, ReaderError
 
-__all__ = ["ImportReader", "Episode", "MediaIndexStore", "ReaderError", "RowGroupRef", "open_import"]
+__all__ = ["ImportReader", "MediaIndexStore", "RowGroupRef", "fill_media_index"]
 
-MANIFEST = "manifest.json"
-EPISODES_DIR = "episodes"
-MEDIA_INDEX_DIR = "media_index"
+#: A manifest larger than this is not read: one entry per episodes file is about a kilobyte.
+MAX_MANIFEST_BYTES = 64 << 20
 
 
 # ------------------------------------------------------------------------------------------------
@@ -75,40 +79,69 @@ def _stats_range(md: pq.FileMetaData, rg: int, column: str) -> tuple[Any, Any]:
     return None, None
 
 
-class _LRU:
-    """A small thread-safe LRU map (workers read episodes from several threads)."""
+# ------------------------------------------------------------------------------------------------
+# manifest.json
+# ------------------------------------------------------------------------------------------------
 
-    def __init__(self, max_items: int) -> None:
-        self._max = max_items
-        self._items: collections.OrderedDict = collections.OrderedDict()
-        self._lock = threading.Lock()
+@dataclasses.dataclass(frozen=True)
+class _Manifest:
+    """What the reader takes from manifest.json: its parts, media_index parts and dataset root."""
 
-    def get(self, key):
-        with self._lock:
-            if key in self._items:
-                self._items.move_to_end(key)
-                return self._items[key]
-        return None
-
-    def put(self, key, value) -> None:
-        with self._lock:
-            self._items[key] = value
-            self._items.move_to_end(key)
-            while len(self._items) > self._max:
-                self._items.popitem(last=False)
+    parts: tuple[str, ...]
+    media_index: tuple[str, ...]
+    dataset: Optional[str]
+    skip_videos: bool
+    run_id: str = ""
 
 
-#: TrackTables by (uri, MediaIndex nbytes): derived once per file per process, shared by episodes.
-_TRACKS = _LRU(64)
+def _read_manifest(root: str) -> Optional[_Manifest]:
+    """The manifest of the import at `root`, checked; None when there is none."""
+    uri = storage.join(root, paths.MANIFEST)
+    try:
+        raw = storage.read_bytes(uri, what="manifest", file=paths.MANIFEST, max_bytes=MAX_MANIFEST_BYTES)
+    except LeRobotImportError as ex:
+        if ex.rule == "file_missing":
+            return None
+        raise ReaderError(f"cannot read {uri}: {ex.message}") from None
+    try:
+        doc = json.loads(raw)
+    except RecursionError:
+        raise ReaderError(f"{uri} is not an import manifest: its JSON is nested too deeply to read") from None
+    except (ValueError, MemoryError) as ex:
+        raise ReaderError(f"{uri} is not valid JSON: {str(ex)[:200]}") from None
+    return _manifest_of(doc, root, uri)
 
 
-def track_tables(uri: str, index: pa.Array) -> TrackTables:
-    key = (uri, index.nbytes, len(index))
-    found = _TRACKS.get(key)
-    if found is None:
-        found = TrackTables.from_media_index(index)
-        _TRACKS.put(key, found)
-    return found
+def _manifest_of(doc: Any, root: str, uri: str) -> _Manifest:
+    def bad(what: str) -> ReaderError:
+        return ReaderError(f"{uri} is not an import manifest: {what}")
+
+    if not isinstance(doc, dict):
+        raise bad(f"it holds a JSON {type(doc).__name__}, not an object")
+    files = doc.get("episodes_files", {})
+    if not isinstance(files, dict) or not all(isinstance(f, dict) for f in files.values()):
+        raise bad("`episodes_files` is not an object of objects")
+    parts = []
+    for _, f in sorted(files.items()):
+        if f.get("status", "imported") != "imported":
+            continue
+        listed = f.get("parts", [])
+        if not isinstance(listed, list):
+            raise bad("an episodes file's `parts` is not a list")
+        parts += [part_uri(root, p, "episode part") for p in listed]
+    index = doc.get("media_index", [])
+    if not isinstance(index, list):
+        raise bad("`media_index` is not a list")
+    dataset = doc.get("dataset")
+    options = doc.get("options") if isinstance(doc.get("options"), dict) else {}
+    run_id = doc.get("run_id") if isinstance(doc.get("run_id"), str) else ""
+    return _Manifest(tuple(parts), tuple(part_uri(root, p, "media_index part") for p in index),
+                     dataset if isinstance(dataset, str) and dataset else None, options.get("skip_videos") is True,
+                     run_id)
+
+
+def _listed_parquet(folder: str) -> list[str]:
+    return [u for u in storage.list_files(folder, suffix=".parquet") if not u.rsplit("/", 1)[-1].startswith(".")]
 
 
 # ------------------------------------------------------------------------------------------------
@@ -185,7 +218,7 @@ class MediaIndexStore:
 def _rebuild_struct(arr: pa.Array, replace: dict[str, pa.Array]) -> pa.Array:
     """`arr` (struct or extension over struct) with some children replaced; type, validity kept."""
     ext = arr.type if isinstance(arr, pa.ExtensionArray) else None
-    st = arr.storage if ext is not None else arr
+    st = spql_types.storage_of(arr)
     fields = list(st.type)
     children = [replace.get(f.name, st.field(f.name)) for f in fields]
     mask = st.is_null() if st.null_count else None
@@ -217,7 +250,7 @@ def _index_column(uris: list[Optional[str]], index: pa.Array, lookup: Callable[[
             changed = True
         if key not in position:
             position[key] = len(sources)
-            sources.append(src.storage if isinstance(src, pa.ExtensionArray) else src)
+            sources.append(spql_types.storage_of(src))
         take[i] = position[key]
     if not changed:
         return None
@@ -227,7 +260,14 @@ def _index_column(uris: list[Optional[str]], index: pa.Array, lookup: Callable[[
 
 
 def fill_media_index(table: pa.Table, lookup: Callable[[str], Optional[pa.Array]]) -> pa.Table:
-    """Episode rows with `videos.*.clip.media.index` joined back by the media's source URI."""
+    """Episode rows with `videos.*.clip.media.index` joined back by the media's source URI.
+
+    Args:
+        table: episode rows as a part stores them.
+        lookup: URI -> its MediaIndex (length 1) or None.
+    Returns:
+        The same rows, each null index of a file that has one filled in.
+    """
     if "videos" not in table.column_names or table.num_rows == 0:
         return table
     videos = table.column("videos").combine_chunks()
@@ -235,9 +275,9 @@ def fill_media_index(table: pa.Table, lookup: Callable[[str], Optional[pa.Array]
     for f in videos.type:
         entry = videos.field(f.name)
         clip = entry.field("clip")
-        media = clip.storage.field("media")
-        uris = media.storage.field("source").storage.field("uri").to_pylist()
-        index = _index_column(uris, media.storage.field("index"), lookup)
+        media = spql_types.storage_of(clip).field("media")
+        uris = spql_types.storage_of(spql_types.storage_of(media).field("source")).field("uri").to_pylist()
+        index = _index_column(uris, spql_types.storage_of(media).field("index"), lookup)
         if index is None:
             continue
         media = _rebuild_struct(media, {"index": index})
@@ -248,152 +288,6 @@ def fill_media_index(table: pa.Table, lookup: Callable[[str], Optional[pa.Array]
     new_videos = _rebuild_struct(videos, entries)
     i = table.column_names.index("videos")
     return table.set_column(i, table.schema.field(i), new_videos)
-
-
-# ------------------------------------------------------------------------------------------------
-# Episode
-# ------------------------------------------------------------------------------------------------
-
-def _ns(arr: pa.Array) -> int:
-    st = arr.storage if isinstance(arr, pa.ExtensionArray) else arr
-    return int(st.cast(pa.int64())[0].as_py())
-
-
-def _numpy(col: pa.Array, shape: tuple[int, ...]) -> np.ndarray:
-    """(frames, *shape) values; zero-copy when there are no nulls; a masked array when there are."""
-    n = len(col)
-    if col.null_count == 0:
-        values = col.flatten() if shape else col
-        try:
-            return values.to_numpy(zero_copy_only=True).reshape((n, *shape))
-        except pa.ArrowInvalid:  # bool, or null items inside a tensor
-            return np.asarray(values.to_numpy(zero_copy_only=False)).reshape((n, *shape))
-    rows = col.to_pylist()
-    fill = next((r for r in rows if r is not None), None)
-    dense = np.array([r if r is not None else fill for r in rows]).reshape((n, *shape)) if fill is not None else \
-        np.zeros((n, *shape))
-    mask = np.broadcast_to(np.array([r is None for r in rows]).reshape((n,) + (1,) * len(shape)), dense.shape)
-    return np.ma.MaskedArray(dense, mask=mask)
-
-
-class Episode:
-    """One logical episode (one row of the episode type, its clips' MediaIndex filled in).
-
-    Frame fields come as numpy arrays of `(frames, *shape)` (`episode["observation.state"]`), straight
-    from the Arrow buffers; cameras as `VideoHandle`s (`episode.video("observation.images.front")`).
-    Pickles as its Arrow record (IPC), so it travels through Beam."""
-
-    def __init__(self, record: pa.Table, *, reader: Optional[RangeReader] = None,
-                 tolerance: float = DEFAULT_TOLERANCE) -> None:
-        if record.num_rows != 1:
-            raise ReaderError(f"an Episode is one row, got {record.num_rows}")
-        self._record = record
-        self._reader = reader
-        self.tolerance = tolerance
-        self._frames: Optional[pa.StructArray] = None
-
-    # -- record --------------------------------------------------------------------------------
-
-    def to_arrow(self) -> pa.Table:
-        """The logical episode record: a one-row table of the episode type, index filled in."""
-        return self._record
-
-    @property
-    def episode_index(self) -> int:
-        return int(self._record.column("episode_index")[0].as_py())
-
-    @property
-    def length(self) -> int:
-        return int(self._record.column("length")[0].as_py())
-
-    @property
-    def tasks(self) -> list[str]:
-        return list(self._record.column("tasks")[0].as_py())
-
-    # -- frames --------------------------------------------------------------------------------
-
-    def frames(self) -> pa.StructArray:
-        """The frames as an Arrow struct array (zero-copy slice of the record)."""
-        if self._frames is None:
-            lst = self._record.column("frames").chunk(0) if self._record.column("frames").num_chunks == 1 else \
-                self._record.column("frames").combine_chunks()
-            self._frames = lst.flatten()
-        return self._frames
-
-    @property
-    def features(self) -> list[str]:
-        return [f.name for f in self._record.schema.field("frames").type.value_type]
-
-    def column(self, name: str) -> pa.Array:
-        if name not in self.features:
-            raise ReaderError(f"episode {self.episode_index} has no frame field {name!r} "
-                              f"(fields: {', '.join(self.features)})")
-        return self.frames().field(name)
-
-    def __getitem__(self, name: str):
-        """A frame field: numeric/bool tensors and scalars as numpy `(frames, *shape)` (scalars
-        `(frames,)`), strings as an object array, images as a list of encoded bytes (None for a null
-        image), other fields (language annotations) as Python lists."""
-        col = self.column(name)
-        t = col.type
-        if isinstance(t, pa.FixedShapeTensorType):
-            return _numpy(col.storage, tuple(t.shape))
-        if pa.types.is_integer(t) or pa.types.is_floating(t) or pa.types.is_boolean(t):
-            return _numpy(col, ())
-        if pa.types.is_string(t) or pa.types.is_large_string(t):
-            return np.array(col.to_pylist(), dtype=object)
-        if isinstance(t, pa.ExtensionType) and t.extension_name == "spql.EncodedImage":
-            return col.storage.field("source").storage.field("bytes").to_pylist()
-        return col.to_pylist()
-
-    def arrays(self) -> dict[str, Any]:
-        """Every frame field, as `__getitem__` gives it."""
-        return {name: self[name] for name in self.features}
-
-    # -- cameras -------------------------------------------------------------------------------
-
-    @property
-    def cameras(self) -> list[str]:
-        if "videos" not in self._record.column_names:
-            return []
-        return [f.name for f in self._record.schema.field("videos").type]
-
-    def video(self, camera: str, *, tolerance: Optional[float] = None) -> VideoHandle:
-        """A seekable handle on `camera`'s clip (episode times in seconds on `timestamp`)."""
-        if camera not in self.cameras:
-            raise ReaderError(f"episode {self.episode_index} has no camera {camera!r} "
-                              f"(cameras: {', '.join(self.cameras) or 'none'})")
-        entry = self._record.column("videos").combine_chunks().field(camera)
-        clip = entry.field("clip")
-        if not clip.is_valid()[0].as_py():
-            raise ReaderError(f"episode {self.episode_index} camera {camera} has no clip")
-        cst = clip.storage
-        media = cst.field("media").storage
-        uri = media.field("source").storage.field("uri")[0].as_py()
-        index = media.field("index")
-        if not index.is_valid()[0].as_py():
-            raise ReaderError(f"episode {self.episode_index} camera {camera}: {uri} has no MediaIndex "
-                              "(its codec is not indexed, or media_index/ lacks it)")
-        return VideoHandle(uri=uri, clip_start_ns=_ns(cst.field("start")), clip_end_ns=_ns(cst.field("end")),
-                           time_origin_ns=_ns(entry.field("time_origin")), track=track_tables(uri, index),
-                           reader=self._reader or FsspecRangeReader(),
-                           tolerance=self.tolerance if tolerance is None else tolerance)
-
-    # -- pickling ------------------------------------------------------------------------------
-
-    def __reduce__(self):
-        sink = io.BytesIO()
-        with pa.ipc.new_stream(sink, self._record.schema) as w:
-            w.write_table(self._record)
-        return _episode_from_ipc, (sink.getvalue(), self.tolerance)
-
-    def __repr__(self) -> str:
-        return (f"Episode(episode_index={self.episode_index}, length={self.length}, tasks={self.tasks!r}, "
-                f"cameras={self.cameras!r})")
-
-
-def _episode_from_ipc(data: bytes, tolerance: float) -> Episode:
-    return Episode(pa.ipc.open_stream(data).read_all(), tolerance=tolerance)
 
 
 # ------------------------------------------------------------------------------------------------
@@ -411,32 +305,58 @@ class RowGroupRef:
     num_rows: int
 
 
-class ImportReader:
-    """An import's output, read back: iterate episodes, look one up, seek its cameras."""
+def _ranges_text(values: np.ndarray, max_ranges: int = 20) -> str:
+    """Sorted distinct integers as ranges: `1-2, 4-5, 9`."""
+    if not len(values):
+        return ""
+    runs = np.split(values, np.flatnonzero(np.diff(values) != 1) + 1)
+    parts = [f"{int(r[0])}" if len(r) == 1 else f"{int(r[0])}-{int(r[-1])}" for r in runs]
+    more = f" and {len(parts) - max_ranges} more ranges" if len(parts) > max_ranges else ""
+    return ", ".join(parts[:max_ranges]) + more
 
-    def __init__(self, output_uri: str, *, reader: Optional[RangeReader] = None,
-                 tolerance: float = DEFAULT_TOLERANCE) -> None:
+
+class ImportReader:
+    """An import's output, read back: iterate episodes, look one up, seek its cameras.
+
+    Args:
+        output_uri: the import's output root (local path or fsspec URL).
+        tolerance: the largest distance (s) between a requested time and the frame a seek returns.
+        allowed_roots: the roots video files may be read from (default: the dataset root the manifest
+            names); the import root is always allowed.
+        open_file: opens a video file for range reads (default: `mp4.ranges.open_uri`), e.g. to count
+            or record reads.
+    Raises:
+        ReaderError: the output has no manifest and no parts, or its manifest is not valid or lists
+        files outside the import root.
+    """
+
+    def __init__(self, output_uri: str, *, tolerance: float = DEFAULT_TOLERANCE,
+                 allowed_roots: Optional[Sequence[str]] = None,
+                 open_file: Optional[Callable[[str], ranges.RangeReader]] = None) -> None:
         self.root = storage.normalize_root(output_uri)
-        self.range_reader: RangeReader = reader or FsspecRangeReader()
-        self.tolerance = tolerance
-        manifest = storage.optional_read(storage.join(self.root, MANIFEST))
-        if manifest is not None:
-            doc = json.loads(manifest)
-            self.parts = [storage.join(self.root, p) for _, f in sorted(doc.get("episodes_files", {}).items())
-                          if f.get("status", "imported") == "imported" for p in f.get("parts", [])]
-            index_files = [storage.join(self.root, p) for p in doc.get("media_index", [])]
-        else:
-            self.parts = [u for u in storage.list_files(storage.join(self.root, EPISODES_DIR), suffix=".parquet")
-                          if not u.rsplit("/", 1)[-1].startswith(".")]
-            index_files = [u for u in storage.list_files(storage.join(self.root, MEDIA_INDEX_DIR), suffix=".parquet")
-                           if not u.rsplit("/", 1)[-1].startswith(".")]
+        manifest = _read_manifest(self.root)
+        if manifest is None:
+            self.parts = _listed_parquet(storage.join(self.root, paths.EPISODES_DIR))
+            index_files = _listed_parquet(storage.join(self.root, paths.MEDIA_INDEX_DIR))
             if not self.parts:
-                raise ReaderError(f"{self.root} has no {MANIFEST} and no episode parts under {EPISODES_DIR}/")
-        self.media_index = MediaIndexStore(index_files)
+                raise ReaderError(f"{self.root} has no {paths.MANIFEST} and no episode parts under "
+                                  f"{paths.EPISODES_DIR}/: is it an import's output folder?")
+            manifest = _Manifest(tuple(self.parts), tuple(index_files), None, False)
+        self.parts = list(manifest.parts)
+        if allowed_roots is None:
+            allowed_roots = [manifest.dataset] if manifest.dataset else []
+        roots = (self.root,) + tuple(storage.normalize_root(r) for r in allowed_roots)
+        self.access = VideoAccess(tolerance=tolerance, allowed_roots=roots, skip_videos=manifest.skip_videos,
+                                  open_file=open_file, cache_key=f"{self.root} {manifest.run_id}")
+        self.media_index = MediaIndexStore(list(manifest.media_index))
         self._row_groups: Optional[list[RowGroupRef]] = None
         #: Episode row groups read so far (tests check that a lookup reads only what it needs).
         self.row_groups_read = 0
         self._lock = threading.Lock()
+
+    @property
+    def tolerance(self) -> float:
+        return self.access.tolerance
 
     def row_groups(self) -> list[RowGroupRef]:
         """Every row group of every part, in episode order (reads the parts' footers once)."""
@@ -452,10 +372,15 @@ class ImportReader:
             return self._row_groups
 
     def read_row_group(self, ref: RowGroupRef) -> list[Episode]:
-        """The episodes of one row group, in row order, with their MediaIndex filled in."""
+        """The episodes of one row group, in row order, with their MediaIndex filled in.
+
+        Args:
+            ref: one of `row_groups()`.
+        Returns:
+            Its episodes.
+        """
         table = fill_media_index(self._read(ref), self.media_index.lookup)
-        return [Episode(table.slice(i, 1), reader=self.range_reader, tolerance=self.tolerance)
-                for i in range(table.num_rows)]
+        return [Episode(table.slice(i, 1), access=self.access) for i in range(table.num_rows)]
 
     def _read(self, ref: RowGroupRef) -> pa.Table:
         self.row_groups_read += 1
@@ -469,7 +394,15 @@ class ImportReader:
         return sum(r.num_rows for r in self.row_groups())
 
     def episode(self, episode_index: int) -> Episode:
-        """The episode with this `episode_index` (reads only row groups whose statistics can hold it)."""
+        """The episode with this `episode_index` (reads only row groups whose statistics can hold it).
+
+        Args:
+            episode_index: the episode's index in the dataset.
+        Returns:
+            The episode, its MediaIndex filled in.
+        Raises:
+            ReaderError: the import does not hold it (the message says which episodes it holds).
+        """
         for ref in self.row_groups():
             if ref.min_episode is not None and not ref.min_episode <= episode_index <= ref.max_episode:
                 continue
@@ -478,10 +411,14 @@ class ImportReader:
                 zero_copy_only=False))
             if len(hits):
                 row = fill_media_index(table.slice(int(hits[0]), 1), self.media_index.lookup)
-                return Episode(row, reader=self.range_reader, tolerance=self.tolerance)
-        raise ReaderError(f"episode {episode_index} is not in the import at {self.root} "
-                          f"({len(self.parts)} part(s))")
+                return Episode(row, access=self.access)
+        present = self.episode_indices()
+        held = (f"episode {_ranges_text(present)} is" if len(present) == 1 else
+                f"episodes {_ranges_text(present)} are") if len(present) else "it holds no episodes"
+        raise ReaderError(f"episode {episode_index} is not in the import at {self.root}: {held}")
 
-
-def open_import(output_uri: str, **kwargs) -> ImportReader:
-    return ImportReader(output_uri, **kwargs)
+    def episode_indices(self) -> np.ndarray:
+        """Every episode_index the import holds, sorted (reads the `episode_index` column of every part)."""
+        found = [_row_group(r.part, r.row_group, ["episode_index"]).column("episode_index").to_numpy()
+                 for r in self.row_groups()]
+        return np.unique(np.concatenate(found).astype(np.int64)) if found else np.zeros(0, np.int64)

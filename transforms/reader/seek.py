@@ -1,9 +1,9 @@
 """Camera frames by episode time, decoded from only the bytes of each frame's decode closure.
 
 A `VideoHandle` is one camera of one episode: the clip (file URI, `[start, end)` on the file's own
-clock), the episode's `time_origin` and the file's `spql.MediaIndex`. Nothing here reads the MP4's
-`moov`: every sample's time, size, file offset and GOP comes from the index, so a seek is one batch of
-range reads of the samples it decodes, then a PyAV decode of those samples alone.
+clock), the episode's `time_origin` and the file's `spql.MediaIndex` as `TrackTables`. Nothing here
+reads the MP4's `moov`: every sample's time, size, file offset and GOP comes from the index, so a seek
+is one batch of range reads of the samples it decodes, then a PyAV decode of those samples alone.
 
 Timeline (decided, and checked against PyAV on every corpus file by tests/test_reader.py):
 episode time `t` -> stream time `t - time_origin` -> ticks of the primary track's timescale. A frame
@@ -13,22 +13,36 @@ list's `media_time` is exactly that minimum composition time, so the index's pts
 pts FFmpeg, PyAV and torchcodec report (first frame at 0); applying it again would shift B-frame
 files by the reorder delay. A file whose edit list trims frames or starts with an empty edit is read
 on the index's timeline (frame 0 at stream time 0), not FFmpeg's.
+
+Which times a clip answers, as LeRobot's reader does: LeRobot asks its decoder for `from_timestamp +
+timestamp` of each frame and takes the file's frame within a tolerance of it; it never compares with
+`to_timestamp`. So an episode's frames are the frames from its clip start on, up to the clip end or
+the episode's length in frames, whichever reaches further: a clip whose `to_timestamp` is one frame
+short (`(length - 1) / fps`) still gives the episode's last frame. A time before the clip, or past
+both, is refused (it would be another episode's frame).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import json
-import struct
 from fractions import Fraction
-from typing import Optional, Protocol, Sequence
+from typing import Optional, Sequence
 
 import numpy as np
 import pyarrow as pa
 
-from transforms import storage
+from transforms.errors import LeRobotImportError
+from transforms.mp4 import arrow as mp4_arrow
+from transforms.mp4 import ranges
+from transforms.mp4.boxes import Box, BoxWalk, full_box, parse_box_header
+from transforms.mp4.tables import MediaTrack
 
-#: Default largest distance (seconds) between a requested time and the frame returned.
+__all__ = ["CONFIG_BOX", "DEFAULT_TOLERANCE", "Closure", "ReaderError", "TrackTables", "VideoHandle", "codec_config",
+           "seconds"]
+
+#: Default largest distance (seconds) between a requested time and the frame returned (LeRobot's
+#: default `tolerance_s`).
 DEFAULT_TOLERANCE = 1e-4
 #: MediaIndex codec name -> the codec-configuration box inside its sample entry.
 CONFIG_BOX = {"h264": b"avcC", "h265": b"hvcC", "av1": b"av1C"}
@@ -38,93 +52,76 @@ DECODERS = {"h264": ("h264",), "h265": ("hevc",), "av1": ("libdav1d", "libaom-av
 #: Codecs whose FFmpeg decoder honours `skip_frame = NONREF` packet by packet (libdav1d reads it
 #: once, at open).
 SKIP_NONREF = {"h264": True, "h265": True, "av1": False}
-#: Visual sample entry: 8-byte box header + 78 bytes of fixed fields before its child boxes.
-_VISUAL_ENTRY_FIXED = 8 + 78
+#: A visual sample entry's fixed fields after its 8-byte header, before its child boxes.
+_VISUAL_ENTRY_FIXED = 78
+#: Episode times beyond this many seconds cannot be nanoseconds in int64 (292 years).
+_MAX_SECONDS = 9.2e9
 
 
 class ReaderError(Exception):
     """Reading an import back failed: a bad request (time outside a clip, no frame near it, unknown
-    episode) or an output that cannot be read (missing index, truncated file, undecodable frame)."""
+    episode) or an output that cannot be read (missing index, truncated file, undecodable frame, an
+    output edited to point outside its roots)."""
 
 
-# ------------------------------------------------------------------------------------------------
-# Byte ranges
-# ------------------------------------------------------------------------------------------------
-
-class RangeReader(Protocol):
-    """Reads byte ranges `[start, end)` of one file; one call is one batch of range requests."""
-
-    def read_ranges(self, uri: str, starts: Sequence[int], ends: Sequence[int]) -> list[bytes]: ...
-
-
-@dataclasses.dataclass
-class FsspecRangeReader:
-    """Range reads through fsspec (`cat_ranges`: exact ranges, no read-ahead; concurrent on remote
-    filesystems). Counts what reached storage so callers can check a seek's cost."""
-
-    requests: int = 0
-    bytes_read: int = 0
-
-    def read_ranges(self, uri: str, starts: Sequence[int], ends: Sequence[int]) -> list[bytes]:
-        if not len(starts):
-            return []
-        fs, path = storage.filesystem(uri)
-        try:
-            out = fs.cat_ranges([path] * len(starts), [int(s) for s in starts], [int(e) for e in ends],
-                                on_error="raise")
-        except FileNotFoundError:
-            raise ReaderError(f"video file {uri} does not exist") from None
-        except OSError as ex:
-            raise ReaderError(f"cannot read video file {uri}: {ex}") from None
-        for data, s, e in zip(out, starts, ends):
-            if isinstance(data, BaseException):
-                raise ReaderError(f"cannot read bytes {s}..{e} of {uri}: {data}")
-            if len(data) != e - s:
-                raise ReaderError(f"video file {uri} is truncated: bytes {s}..{e} gave {len(data)} bytes")
-        self.requests += len(out)
-        self.bytes_read += sum(len(d) for d in out)
-        return out
+def seconds(x: float) -> str:
+    """A time for messages: a plain number, 9 significant digits (never `np.float64(...)`)."""
+    return f"{float(x):.9g}"
 
 
 # ------------------------------------------------------------------------------------------------
 # The index of one track, as numpy
 # ------------------------------------------------------------------------------------------------
 
-def _storage(a):
-    return a.storage if isinstance(a, pa.ExtensionArray) else a
-
-
-def _list_values(list_array: pa.ListArray, row: int) -> pa.Array:
-    """The values of one list entry, zero-copy."""
-    start, end = list_array.offsets[row].as_py(), list_array.offsets[row + 1].as_py()
-    return list_array.values.slice(start, end - start)
-
-
 def codec_config(sample_entry: bytes, codec: str) -> bytes:
-    """The payload of avcC/hvcC/av1C inside an `stsd` box: the decoder's extradata."""
+    """The payload of avcC/hvcC/av1C inside an `stsd` box: the decoder's extradata.
+
+    Args:
+        sample_entry: the whole `stsd` box, as the MediaIndex stores it.
+        codec: the MediaIndex codec name (h264, h265, av1).
+    Returns:
+        The configuration box's payload.
+    Raises:
+        ReaderError: the box is not an stsd holding a visual sample entry with that configuration.
+    """
     want = CONFIG_BOX[codec]
-    if len(sample_entry) < 16 + _VISUAL_ENTRY_FIXED or sample_entry[4:8] != b"stsd":
-        raise ReaderError("sample_entry is not an stsd box holding a visual sample entry")
-    entry_start = 16
-    entry_size = struct.unpack_from(">I", sample_entry, entry_start)[0]
-    end = min(len(sample_entry), entry_start + entry_size)
-    pos = entry_start + _VISUAL_ENTRY_FIXED
-    while pos + 8 <= end:
-        size, type_ = struct.unpack_from(">I4s", sample_entry, pos)
-        header = 8
-        if size == 1 and pos + 16 <= end:
-            size, header = struct.unpack_from(">Q", sample_entry, pos + 8)[0], 16
-        elif size == 0:
-            size = end - pos
-        if size < header or pos + size > end:
-            break
-        if type_ == want:
-            return bytes(sample_entry[pos + header:pos + size])
-        pos += size
-    raise ReaderError(f"the {codec} sample entry has no {want.decode()} box")
+    try:
+        walk = BoxWalk(bytes(sample_entry), file="sample_entry", where="sample entry")
+        stsd = walk.root()
+        if stsd.type != b"stsd":
+            raise ReaderError(f"sample_entry is a {stsd.name!r} box, not an stsd box")
+        _, pos = full_box(walk.buf, stsd, 4, walk.file, versions=tuple(range(256)))
+        entry = Box(parse_box_header(walk.buf, pos + 4, stsd.end, file=walk.file, where="sample entry"))
+        config = next((c for c in walk.children(entry, entry.payload + _VISUAL_ENTRY_FIXED) if c.type == want), None)
+    except LeRobotImportError as ex:
+        raise ReaderError(f"sample_entry is not an stsd box holding a visual sample entry: {ex.message}") from None
+    if config is None:
+        raise ReaderError(f"the {codec} sample entry has no {want.decode()} box")
+    return bytes(walk.buf[config.payload:config.end])
 
 
-@dataclasses.dataclass(frozen=True)
+def _decode_times(t: MediaTrack) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(durations, dts, pts) in ticks per sample, decode order; pts with its minimum at 0."""
+    n = len(t.sizes)
+    deltas = np.repeat(t.dts_runs.delta.astype(np.int64), t.dts_runs.count.astype(np.int64))
+    dts = np.zeros(n, np.int64)
+    if n > 1:
+        np.cumsum(deltas[:-1], out=dts[1:])
+    cts = dts + t.ctts.astype(np.int64) if t.ctts is not None else dts.copy()
+    return deltas, dts, cts - cts.min()
+
+
+def _sample_offsets(t: MediaTrack) -> np.ndarray:
+    """Absolute file offset of every sample: its chunk's offset plus the sizes before it in the chunk."""
+    n = len(t.sizes)
+    first = t.chunks.first_sample.astype(np.int64)
+    csum = np.zeros(n + 1, np.int64)
+    np.cumsum(t.sizes, out=csum[1:])
+    chunk_of = np.searchsorted(first, np.arange(n), side="right") - 1
+    return t.chunks.offset.astype(np.int64)[chunk_of] + csum[:-1] - csum[first[chunk_of]]
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
 class TrackTables:
     """One track's per-sample tables (decode order), expanded once from the MediaIndex with numpy."""
 
@@ -150,76 +147,37 @@ class TrackTables:
 
     @classmethod
     def from_media_index(cls, index: pa.Array, track_id: Optional[int] = None) -> "TrackTables":
-        """From a length-1 spql.MediaIndex array (or its storage); default: the primary track."""
-        st = _storage(index)
-        if len(st) != 1 or not st.is_valid()[0].as_py():
-            raise ReaderError("expected one non-null MediaIndex")
-        primary = st.field("primary_track_id")[0].as_py() if track_id is None else track_id
-        tracks = st.field("tracks")
-        tr = _list_values(tracks, 0)
-        ids = tr.field("track_id").to_numpy(zero_copy_only=False)
-        hits = np.flatnonzero(ids == primary)
-        if not len(hits):
-            raise ReaderError(f"the MediaIndex has no track {primary} (tracks {ids.tolist()})")
-        k = int(hits[0])
+        """The tables of one track, its index checked before anything is expanded.
 
-        def col(name: str) -> pa.Array:
-            return _list_values(tr.field(name), k)
-
-        def scalar(name: str):
-            return tr.field(name)[k].as_py()
-
-        codec = scalar("codec")
-        if codec not in CONFIG_BOX:
-            raise ReaderError(f"track {primary} has codec {codec!r}, not one of {sorted(CONFIG_BOX)}")
-        sizes = col("sizes").to_numpy(zero_copy_only=False).astype(np.int64)
-        n = len(sizes)
-        runs = col("dts_runs")
-        deltas = np.repeat(runs.field("delta").to_numpy(zero_copy_only=False).astype(np.int64),
-                           runs.field("count").to_numpy(zero_copy_only=False).astype(np.int64))
-        if len(deltas) != n:
-            raise ReaderError(f"track {primary}: dts_runs cover {len(deltas)} samples, sizes {n}")
-        dts = np.zeros(n, np.int64)
-        if n > 1:
-            np.cumsum(deltas[:-1], out=dts[1:])
-        ctts_arr = tr.field("ctts")
-        if ctts_arr.is_valid()[k].as_py():
-            cts = dts + col("ctts").to_numpy(zero_copy_only=False).astype(np.int64)
-        else:
-            cts = dts.copy()
-        pts = cts - (cts.min() if n else 0)
-        chunks = col("chunks")
-        first = chunks.field("first_sample").to_numpy(zero_copy_only=False).astype(np.int64)
-        chunk_off = chunks.field("offset").to_numpy(zero_copy_only=False).astype(np.int64)
-        if n and (not len(first) or first[0] != 0):
-            raise ReaderError(f"track {primary}: chunks do not start at sample 0")
-        csum = np.zeros(n + 1, np.int64)
-        np.cumsum(sizes, out=csum[1:])
-        chunk_of = np.searchsorted(first, np.arange(n), side="right") - 1
-        offset = chunk_off[chunk_of] + csum[:-1] - csum[first[chunk_of]]
-        flags = col("flags").to_numpy(zero_copy_only=False)
-        gops = col("gops")
-        gop_start = gops.field("decode_start").to_numpy(zero_copy_only=False).astype(np.int64)
+        Args:
+            index: a length-1 spql.MediaIndex array (or its storage).
+            track_id: the track (default: the primary track).
+        Returns:
+            The expanded tables.
+        Raises:
+            ReaderError: the index is null, lacks the track, or its tables disagree with each other.
+        """
+        try:
+            track = mp4_arrow.read_track(index, track_id)
+        except mp4_arrow.InvalidMediaIndex as ex:
+            raise ReaderError(str(ex)) from None
+        deltas, dts, pts = _decode_times(track)
         # The reference drops samples before the first sync sample from the per-sample lists but
-        # keeps the GOPs' original numbering (mapping §5, "Oddity"): renumber from the first GOP.
-        if len(gop_start):
-            gop_start = gop_start - gop_start[0]
-        else:
-            gop_start = np.zeros(1, np.int64)
+        # keeps the GOPs' original numbering: renumber from the first GOP.
+        gop_start = track.gops.decode_start.astype(np.int64)
+        gop_start = gop_start - gop_start[0]
         order = np.argsort(pts, kind="stable")
-        sample_entry = scalar("sample_entry")
-        return cls(track_id=int(primary), codec=codec, timescale=int(scalar("timescale")),
-                   width=scalar("width"), height=scalar("height"),
-                   extradata=codec_config(sample_entry, codec), dts=dts, pts=pts, duration=deltas,
-                   offset=offset, size=sizes, sync=(flags & 1).astype(bool), gop_start=gop_start,
+        return cls(track_id=track.track_id, codec=track.codec, timescale=int(track.timescale),
+                   width=track.width, height=track.height, extradata=codec_config(track.sample_entry, track.codec),
+                   dts=dts, pts=pts, duration=deltas, offset=_sample_offsets(track),
+                   size=track.sizes.astype(np.int64), sync=(track.flags & 1).astype(bool), gop_start=gop_start,
                    order=order, sorted_pts=pts[order])
 
     def closure_start(self, sample: int) -> int:
         """First decode index needed to decode `sample`: its GOP's first sample, or the previous
         GOP's when `sample` is a leading picture (presented before its GOP's sync sample: open-GOP
         RASL/B frames reference the previous GOP)."""
-        g = int(np.searchsorted(self.gop_start, sample, side="right")) - 1
-        g = max(g, 0)
+        g = max(int(np.searchsorted(self.gop_start, sample, side="right")) - 1, 0)
         start = int(self.gop_start[g])
         if g > 0 and self.pts[sample] < self.pts[start]:
             return int(self.gop_start[g - 1])
@@ -256,72 +214,95 @@ class Closure:
 
 @dataclasses.dataclass
 class VideoHandle:
-    """One camera of one episode: frames by episode time (seconds on the episode's `timestamp`)."""
+    """One camera of one episode: frames by episode time (seconds on the episode's `timestamp`).
+
+    Attributes:
+        uri: the MP4.
+        clip_start_ns, clip_end_ns: the clip on the file's clock.
+        time_origin_ns: the episode time of stream time 0.
+        track: the file's primary track tables.
+        source: the range reader of the file (opened on first use; its `stats` count the reads).
+        tolerance: the largest distance (s) between a requested time and the frame returned.
+        threads: decoder threads.
+        frame_count: the episode's length in frames, when known: the clip then covers that many
+            frames from its start even when its end falls short (see the module docstring).
+    """
 
     uri: str
     clip_start_ns: int
     clip_end_ns: int
     time_origin_ns: int
     track: TrackTables
-    reader: RangeReader = dataclasses.field(default_factory=FsspecRangeReader)
+    source: Optional[ranges.RangeReader] = None
     tolerance: float = DEFAULT_TOLERANCE
     threads: int = 1
+    frame_count: Optional[int] = None
 
     # -- time mapping --------------------------------------------------------------------------
 
-    def _stream_ns(self, times: Sequence[float]) -> np.ndarray:
-        t = np.asarray(times, np.float64).reshape(-1)
-        if not np.all(np.isfinite(t)):
-            raise ReaderError(f"episode times must be finite, got {t[~np.isfinite(t)][:3].tolist()}")
-        return np.rint(t * 1e9).astype(np.int64) - self.time_origin_ns
+    def _frame_span(self) -> tuple[int, int]:
+        """[lo, hi): presentation indices of the clip's frames. A frame belongs to the clip when its time
+        lies in [start - tolerance, end - tolerance) (the stored bounds drift by a few ns from the
+        frames, and each boundary frame goes to one clip), extended to `frame_count` frames."""
+        sp_s = self.track.sorted_pts / self.track.timescale
+        lo = int(np.searchsorted(sp_s, self.clip_start_ns / 1e9 - self.tolerance, side="left"))
+        hi = int(np.searchsorted(sp_s, self.clip_end_ns / 1e9 - self.tolerance, side="left"))
+        if self.frame_count is not None:
+            hi = max(hi, min(lo + int(self.frame_count), len(sp_s)))
+        return lo, max(lo, hi)
+
+    def _episode_time(self, stream_ns: float) -> str:
+        return seconds((stream_ns + self.time_origin_ns) / 1e9)
 
     def locate(self, times: Sequence[float]) -> np.ndarray:
         """Presentation index (frame number in the file) of the frame nearest each episode time.
 
-        Raises ReaderError for a time outside the clip or farther than `tolerance` from every frame."""
+        Args:
+            times: episode times in seconds.
+        Returns:
+            int64 frame numbers.
+        Raises:
+            ReaderError: a time outside the clip, or farther than `tolerance` from every frame.
+        """
         t = np.asarray(times, np.float64).reshape(-1)
-        s_ns = self._stream_ns(t)
-        outside = (s_ns < self.clip_start_ns) | (s_ns >= self.clip_end_ns)
-        if outside.any():
-            i = int(np.flatnonzero(outside)[0])
-            lo_t = (self.clip_start_ns + self.time_origin_ns) / 1e9
-            hi_t = (self.clip_end_ns + self.time_origin_ns) / 1e9
-            raise ReaderError(f"episode time {t[i]!r} s is outside the clip of {self.uri}: the clip covers "
-                              f"episode times [{lo_t:.9g}, {hi_t:.9g}) s (stream [{self.clip_start_ns / 1e9:.9g}, "
-                              f"{self.clip_end_ns / 1e9:.9g}) s)")
+        if not np.all(np.isfinite(t)):
+            raise ReaderError(f"episode times must be finite numbers, got {seconds(t[~np.isfinite(t)][0])}")
         ts = self.track.timescale
         sp = self.track.sorted_pts
-        if not len(sp):
-            raise ReaderError(f"{self.uri} has no frames")
+        lo, hi = self._frame_span()
+        end_ns = self.clip_end_ns
+        if hi > lo:  # the last frame of a clip whose end falls short of it
+            end_ns = max(end_ns, int(sp[hi - 1] * 1e9 / ts + self.tolerance * 1e9))
+        s_ns = np.where(np.abs(t) < _MAX_SECONDS, np.rint(np.clip(t, -_MAX_SECONDS, _MAX_SECONDS) * 1e9), 0)
+        s_ns = s_ns.astype(np.int64) - self.time_origin_ns
+        outside = (np.abs(t) >= _MAX_SECONDS) | (s_ns < self.clip_start_ns) | (s_ns >= end_ns)
+        if outside.any():
+            i = int(np.flatnonzero(outside)[0])
+            raise ReaderError(f"episode time {seconds(t[i])} s is outside the clip of {self.uri}: the clip covers "
+                              f"episode times [{self._episode_time(self.clip_start_ns)}, {self._episode_time(end_ns)})"
+                              f" s (stream [{seconds(self.clip_start_ns / 1e9)}, {seconds(end_ns / 1e9)}) s)")
         target = s_ns / 1e9 * ts  # ticks, float64
         k = np.searchsorted(sp, target, side="left")
-        lo = np.clip(k - 1, 0, len(sp) - 1)
-        hi = np.clip(k, 0, len(sp) - 1)
-        pick = np.where(np.abs(sp[hi] - target) < np.abs(target - sp[lo]), hi, lo).astype(np.int64)
+        below, above = np.clip(k - 1, 0, len(sp) - 1), np.clip(k, 0, len(sp) - 1)
+        pick = np.where(np.abs(sp[above] - target) < np.abs(target - sp[below]), above, below).astype(np.int64)
         dist = np.abs(sp[pick] / ts - s_ns / 1e9)
         bad = dist > self.tolerance
         if bad.any():
             i = int(np.flatnonzero(bad)[0])
-            nearest_t = (sp[pick[i]] / ts) + self.time_origin_ns / 1e9
-            raise ReaderError(f"no frame of {self.uri} within {self.tolerance:g} s of episode time {t[i]!r} s: "
+            raise ReaderError(f"no frame of {self.uri} within {self.tolerance:g} s of episode time {seconds(t[i])} s: "
                               f"the nearest frame (frame {int(pick[i])} of the file, at episode time "
-                              f"{nearest_t:.9g} s) is {dist[i]:.6g} s away")
+                              f"{self._episode_time(sp[pick[i]] * 1e9 / ts)} s) is {dist[i]:.6g} s away")
         return pick
 
     def timestamps(self) -> np.ndarray:
-        """Episode time (float64 seconds) of every frame presented in the clip, in order. A frame
-        belongs to the clip when its time lies in [start - tolerance, end - tolerance): the stored
-        clip bounds drift by a few ns from the frames, and each boundary frame goes to one clip."""
-        sp_s = self.track.sorted_pts / self.track.timescale
-        start_s, end_s = self.clip_start_ns / 1e9, self.clip_end_ns / 1e9
-        keep = (sp_s >= start_s - self.tolerance) & (sp_s < end_s - self.tolerance)
-        return sp_s[keep] + self.time_origin_ns / 1e9
+        """Episode time (float64 seconds) of every frame presented in the clip, in order."""
+        lo, hi = self._frame_span()
+        return self.track.sorted_pts[lo:hi] / self.track.timescale + self.time_origin_ns / 1e9
 
     def frame_numbers(self) -> np.ndarray:
         """Presentation index in the file of every frame `timestamps()` lists."""
-        sp_s = self.track.sorted_pts / self.track.timescale
-        start_s, end_s = self.clip_start_ns / 1e9, self.clip_end_ns / 1e9
-        return np.flatnonzero((sp_s >= start_s - self.tolerance) & (sp_s < end_s - self.tolerance))
+        lo, hi = self._frame_span()
+        return np.arange(lo, hi, dtype=np.int64)
 
     # -- decoding -------------------------------------------------------------------------------
 
@@ -334,23 +315,31 @@ class VideoHandle:
         return [Closure(first, max(targets), tuple(sorted(targets))) for first, targets in sorted(groups.items())]
 
     def frame_at(self, t: float) -> np.ndarray:
-        """The frame presented nearest episode time `t`: RGB uint8, H×W×3."""
+        """The frame presented nearest episode time `t` (seconds): RGB uint8, H×W×3."""
         return self.frames_at([t])[0]
 
     def frames_at(self, times: Sequence[float]) -> np.ndarray:
-        """Frames nearest each episode time, N×H×W×3 RGB uint8 (each closure decoded once)."""
+        """Frames nearest each episode time (seconds), N×H×W×3 RGB uint8 (each closure decoded once)."""
         samples = self.track.order[self.locate(times)]
         decoded: dict[int, np.ndarray] = {}
         for closure in self.plan(times):
             decoded.update(self._decode(closure))
         return np.stack([decoded[s] for s in samples.tolist()]) if len(samples) else np.zeros((0, 0, 0, 3), np.uint8)
 
+    def _read(self, starts: np.ndarray, ends: np.ndarray) -> list[bytes]:
+        try:
+            if self.source is None:
+                self.source = ranges.open_uri(self.uri)
+            return self.source.read_ranges(starts.tolist(), ends.tolist())
+        except LeRobotImportError as ex:
+            raise ReaderError(f"cannot read video file {self.uri}: {ex.message}") from None
+
     def _decode(self, closure: Closure) -> dict[int, np.ndarray]:
         import av
 
         tr = self.track
         starts, ends = closure.byte_ranges(tr)
-        runs = self.reader.read_ranges(self.uri, starts.tolist(), ends.tolist())
+        runs = self._read(starts, ends)
         # Sample k of the closure lies in run r at (offset - run start).
         idx = np.arange(closure.first, closure.last + 1)
         run_of = np.searchsorted(starts, tr.offset[idx], side="right") - 1
@@ -372,8 +361,7 @@ class VideoHandle:
         targets = set(closure.targets)
         try:
             for i, s in enumerate(idx.tolist()):
-                buf = memoryview(runs[run_of[i]])[rel[i]:rel[i] + tr.size[s]]
-                pkt = av.Packet(bytes(buf))
+                pkt = av.Packet(bytes(memoryview(runs[run_of[i]])[rel[i]:rel[i] + tr.size[s]]))
                 pkt.pts, pkt.dts, pkt.time_base = int(tr.pts[s]), int(tr.dts[s]), time_base
                 if tr.sync[s]:
                     pkt.is_keyframe = True
@@ -386,7 +374,7 @@ class VideoHandle:
         missing = [s for s in closure.targets if s not in out]
         if missing:
             raise ReaderError(f"decoding samples {closure.first}..{closure.last} of {self.uri} did not output the "
-                              f"frame(s) of sample(s) {missing}")
+                              f"frame(s) of sample(s) {', '.join(map(str, missing))}")
         return out
 
     def custom_frame_mappings(self) -> str:
@@ -409,3 +397,4 @@ def _codec_context(track: TrackTables, threads: int):
             ctx.thread_count = threads
         return ctx
     raise ReaderError(f"no PyAV decoder for {track.codec} ({', '.join(DECODERS[track.codec])}): {last}")
+

@@ -1,0 +1,151 @@
+"""The command line in front of the import: `--help` that teaches, and options that are checked.
+
+Beam's PipelineOptions takes the whole command line but prints no help for it and drops options it
+does not know with a log line; a misspelt `--skip_video` would import the videos anyway. This front
+prints the import's own options (from `ImportOptions`, the one place they are declared), points at
+Beam's options without dumping them (`--help-beam` prints those), and refuses an option neither the
+import nor Beam knows, with the closest known one.
+"""
+
+from __future__ import annotations
+
+import argparse
+import difflib
+from typing import Optional, Sequence
+
+from apache_beam.options.pipeline_options import PipelineOptions
+
+try:  # Beam's parser: some options classes declare template (value provider) arguments through it
+    from apache_beam.options.pipeline_options import _BeamArgumentParser as _Parser
+except ImportError:  # pragma: no cover - an older or newer Beam without it
+    _Parser = argparse.ArgumentParser
+
+from pipelines.options import ImportOptions
+
+PROG = "lerobot-import"
+
+DESCRIPTION = """\
+Import LeRobot v3 datasets as typed episode records: one row per episode, every frame feature typed
+as meta/info.json declares it, one clip per camera pointing into the dataset's own MP4.
+
+usage:
+  lerobot-import --dataset ROOT --output OUT [import options] [Beam pipeline options]
+  lerobot-import render --recipe R.yaml --input OUT --output SAMPLES [...]   (lerobot-import render --help)
+  python -m pipelines.import_lerobot ...                                      (the same command)
+"""
+
+EPILOG = """\
+Beam pipeline options:
+  Every other option is Apache Beam's and goes on the same command line: --runner (default
+  DirectRunner, this machine; DataflowRunner on Google Cloud), --direct_num_workers,
+  --project, --region, --temp_location, --setup_file, --max_num_workers, ... List them with
+  `lerobot-import --help-beam`, or see the help of apache_beam's PipelineOptions.
+
+examples:
+  # a local dataset, on this machine
+  lerobot-import --dataset ~/datasets/so101 --output out/so101
+
+  # every dataset under a Cloud Storage folder, on Dataflow (each into OUT/<dataset name>/)
+  lerobot-import --datasets 'gs://BUCKET/lerobot/*' --output gs://BUCKET/imports \\
+      --runner DataflowRunner --project PROJECT --region us-central1 \\
+      --temp_location gs://BUCKET/tmp --setup_file ./setup.py
+
+  # then render the language annotations of an import with a LeRobot recipe
+  lerobot-import render --recipe subtask.yaml --input out/so101 --output samples
+
+what it writes:
+  OUT/episodes/...       one Parquet file per episodes file of the dataset (or ordered parts)
+  OUT/media_index/...    each MP4's frame index, read once from its moov box
+  OUT/errors.jsonl       one row per failure: dataset, episodes file, episode, file, rule, message
+  OUT/manifest.json      what was imported, with totals
+
+Exit status 0 when every episodes file imported, 1 when any failed (errors.jsonl says why) or the
+command line is wrong. A failed episodes file leaves no output; the others still import.
+"""
+
+
+def import_parser() -> argparse.ArgumentParser:
+    """The import's options (exactly `ImportOptions`), for `--help`."""
+    parser = argparse.ArgumentParser(prog=PROG, usage=argparse.SUPPRESS, description=DESCRIPTION, epilog=EPILOG,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter, add_help=False)
+    group = parser.add_argument_group("import options")
+    ImportOptions._add_argparse_args(group)
+    other = parser.add_argument_group("help")
+    other.add_argument("-h", "--help", action="store_true", help="Print this help and exit.")
+    other.add_argument("--help-beam", action="store_true", help="Print Apache Beam's pipeline options and exit.")
+    return parser
+
+
+def import_help() -> str:
+    return import_parser().format_help()
+
+
+def beam_help() -> str:
+    """Apache Beam's own pipeline options (every PipelineOptions class but the import's)."""
+    parser = _Parser(prog=f"{PROG} ... [Beam pipeline options]", add_help=False, usage=argparse.SUPPRESS,
+                     description="Apache Beam pipeline options (they follow the import options on the command "
+                                 "line):")
+    for cls in _options_classes():
+        if cls is not ImportOptions:
+            try:
+                cls._add_argparse_args(parser)
+            except argparse.ArgumentError:
+                continue  # a class registered twice (a re-imported module)
+    return parser.format_help()
+
+
+def help_requested(argv: Sequence[str]) -> Optional[str]:
+    """The help text to print when `argv` asks for one (`-h`, `--help`, `--help-beam`), else None."""
+    args = [a for a in argv if a != "--"]
+    if "--help-beam" in args:
+        return beam_help()
+    if "-h" in args or "--help" in args:
+        return import_help()
+    return None
+
+
+def check_arguments(argv: Sequence[str]) -> None:
+    """Refuse (SystemExit, with the closest known option) an argument that neither the import nor any of
+    Beam's options classes knows: Beam would drop it with a log line and the run would do something else
+    than asked."""
+    parser = _all_options_parser()
+    _, unknown = parser.parse_known_args(list(argv))
+    problems = []
+    known = sorted({s for a in parser._actions for s in a.option_strings})  # noqa: SLF001 - argparse API
+    value_of_unknown = False
+    for arg in unknown:
+        if arg.startswith("--"):
+            name = arg.split("=", 1)[0]
+            close = difflib.get_close_matches(name, known, n=1, cutoff=0.75)
+            problems.append(f"unknown option {name}" + (f" (did you mean {close[0]}?)" if close else ""))
+            value_of_unknown = "=" not in arg
+            continue
+        if value_of_unknown and not arg.startswith("-"):
+            value_of_unknown = False  # the unknown option's value
+            continue
+        if not arg.startswith("-"):
+            problems.append(f"unexpected argument {arg!r} (options take the form --name VALUE)")
+        else:
+            problems.append(f"unknown option {arg}")
+    if problems:
+        text = "; ".join(problems[:5])
+        raise SystemExit(f"{PROG}: error: {text}. See `{PROG} --help`.")
+
+
+def _options_classes() -> list[type]:
+    """Every PipelineOptions class once (the import's included), as Beam itself collects them."""
+    seen: dict[str, type] = {}
+    for cls in PipelineOptions.__subclasses__():
+        seen.setdefault(str(cls), cls)
+    return list(seen.values())
+
+
+def _all_options_parser() -> argparse.ArgumentParser:
+    parser = _Parser(add_help=False, allow_abbrev=False)
+    for cls in _options_classes():
+        try:
+            cls._add_argparse_args(parser)
+        except argparse.ArgumentError:
+            continue  # a class registered twice (a re-imported module): its options are known already
+    parser.add_argument("-h", "--help", "--help-beam", action="store_true")
+    return parser

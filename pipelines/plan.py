@@ -1,0 +1,325 @@
+"""`lerobot-import plan`: what an import run would do, without writing anything.
+
+    lerobot-import plan --dataset ROOT --output OUT [--force] [--read-in-parts] [--inline-index] ...
+    lerobot-import plan --datasets 'gs://bucket/datasets/*' --output OUT [--json] [--list]
+
+Per dataset: the episodes files to import (new, changed, failed last time), unchanged, or whose output
+is to be removed; the parts, episodes, data bytes and MP4s an import would read; an estimate of the
+bytes it would write (from the last import's output bytes per data byte, or `DEFAULT_OUTPUT_RATIO`); and
+who holds the output's lease, if anyone. It takes the import's own options (Beam options are ignored),
+so the same command line with `plan` in front shows what that run would do.
+
+A plan lists the dataset once and reads only the episodes files whose sources changed: for a dataset
+whose last import is recorded, an unchanged episodes file costs one line of the listing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import sys
+from typing import Any, Optional, Sequence
+
+from transforms import lease as lease_lib
+from transforms import storage
+from transforms.episode import paths
+from transforms.errors import LeRobotImportError
+from transforms.lerobot import sources
+from transforms.lerobot.episodes_files import DATA_SPAN_LIMIT, plan_parts, read_episode_rows
+from transforms.lerobot.info import DatasetInfo
+from transforms.messages import ImportConfig
+
+#: Output bytes per byte of data files spanned, when no earlier import of the output says better: at scale
+#: an import's parts are about the size of the data files they hold (zstd over snappy, the same values);
+#: a tiny dataset writes more (Parquet's fixed overhead per file dominates), which its next plan learns.
+DEFAULT_OUTPUT_RATIO = 1.0
+
+
+@dataclasses.dataclass(frozen=True)
+class PlanSettings:
+    """The import options a plan needs (those that change what a run writes, and --force)."""
+
+    read_in_parts: bool = False
+    data_span_limit: int = DATA_SPAN_LIMIT
+    inline_index: bool = False
+    skip_videos: bool = False
+    force: bool = False
+
+
+def output_options(settings: PlanSettings) -> dict[str, Any]:
+    """The options dict an import records and compares, exactly as the import makes it."""
+    return ImportConfig(targets=(), read_in_parts=settings.read_in_parts, data_span_limit=settings.data_span_limit,
+                        inline_index=settings.inline_index, skip_videos=settings.skip_videos).output_options()
+
+
+@dataclasses.dataclass(frozen=True)
+class FilePlan:
+    """One episodes file in a plan."""
+
+    episodes_file: str
+    action: str  # sources.IMPORT | UNCHANGED | REMOVED
+    reason: str
+    episodes: int
+    parts: int  # to write (import), kept (unchanged) or to remove (removed)
+    data_bytes: int  # bytes of data files its parts span (import)
+    video_files: tuple[str, ...] = ()
+    problem: Optional[str] = None  # why importing it would fail, as far as planning can tell
+    sources: Optional[sources.EpisodesFileSources] = dataclasses.field(default=None, compare=False, repr=False)
+
+
+@dataclasses.dataclass(frozen=True)
+class DatasetPlan:
+    """What a run would do with one dataset."""
+
+    dataset: str
+    output: str
+    options: dict
+    files: tuple[FilePlan, ...]
+    mp4s_to_read: tuple[str, ...]  # MP4s whose MediaIndex would be read (new or changed among those used)
+    data_bytes_to_read: int  # sizes of the distinct data files the episodes files to import read from
+    output_ratio: float
+    ratio_source: str  # "last import" | "default"
+    video_versions: dict = dataclasses.field(default_factory=dict, compare=False, repr=False)
+    lease: Optional[str] = None  # who holds the output's lease now
+    problem: Optional[str] = None  # why the dataset cannot be imported at all
+
+    @property
+    def counts(self) -> dict[str, int]:
+        out = {sources.IMPORT: 0, sources.UNCHANGED: 0, sources.REMOVED: 0}
+        for f in self.files:
+            out[f.action] += 1
+        return out
+
+    def _importing(self) -> list[FilePlan]:
+        return [f for f in self.files if f.action == sources.IMPORT]
+
+    @property
+    def parts(self) -> int:
+        return sum(f.parts for f in self._importing())
+
+    @property
+    def episodes(self) -> int:
+        return sum(f.episodes for f in self._importing())
+
+    @property
+    def data_bytes(self) -> int:
+        return sum(f.data_bytes for f in self._importing())
+
+    @property
+    def estimated_output_bytes(self) -> int:
+        return int(round(self.data_bytes * self.output_ratio))
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "dataset": self.dataset, "output": self.output, "options": self.options, "problem": self.problem,
+            "lease": self.lease, "counts": self.counts, "parts": self.parts, "episodes": self.episodes,
+            "data_bytes": self.data_bytes, "data_bytes_to_read": self.data_bytes_to_read,
+            "mp4s_to_read": list(self.mp4s_to_read), "estimated_output_bytes": self.estimated_output_bytes,
+            "output_ratio": self.output_ratio, "ratio_source": self.ratio_source,
+            "episodes_files": [{k: v for k, v in dataclasses.asdict(f).items() if k != "sources"}
+                               | {"video_files": list(f.video_files)} for f in self.files],
+        }
+
+
+def read_manifest(out: str) -> Optional[dict]:
+    """The output's manifest.json, or None when there is none (or it is not a JSON object)."""
+    raw = storage.optional_read(storage.join(out, paths.MANIFEST))
+    try:
+        doc = json.loads(raw) if raw else None
+    except (UnicodeDecodeError, json.JSONDecodeError):
+        return None
+    return doc if isinstance(doc, dict) else None
+
+
+def plan_dataset(root: str, out: str, options: dict[str, Any], *, force: bool = False) -> DatasetPlan:
+    """Plan the import of one dataset into `out`, reading only what is needed and writing nothing.
+
+    Args:
+        root: the dataset root.
+        out: its output root.
+        options: the run's output options (`output_options`).
+        force: plan a run that redoes every episodes file.
+    Returns:
+        The plan.
+    """
+    root = storage.normalize_root(root)
+    previous = read_manifest(out)
+    # The options are part of every source digest: a manifest made with other options matches nothing.
+    scanned = sources.scan_dataset(root, options, previous_manifest=previous)
+    decisions = sources.decide(scanned.files, previous, force=force)
+    files = tuple(_file_plan(scanned, d, options) for d in decisions)
+    used = sorted({v for f in files if f.action == sources.IMPORT for v in f.video_files})
+    mp4s = sources.changed_video_files(scanned.listing, used, None if force else (previous or {}).get("video_versions"))
+    data_files = {d for f in files if f.action == sources.IMPORT and f.sources for d in f.sources.data_files}
+    ratio, ratio_source = _output_ratio(previous)
+    problem = scanned.info_problem
+    if problem is None and not scanned.listing.episodes_files():
+        problem = "the dataset has no meta/episodes/*/*.parquet files"
+    return DatasetPlan(dataset=root, output=out, options=options, files=files, mp4s_to_read=mp4s,
+                       data_bytes_to_read=sum(scanned.listing.size(d) for d in data_files), output_ratio=ratio,
+                       ratio_source=ratio_source, video_versions=sources.video_versions(scanned.listing, used),
+                       lease=_lease_holder(out), problem=problem)
+
+
+def _file_plan(scanned: sources.DatasetSources, decision: sources.EpisodesFileDecision,
+               options: dict[str, Any]) -> FilePlan:
+    src, prev = decision.sources, decision.previous or {}
+    if decision.action != sources.IMPORT:
+        return FilePlan(decision.episodes_file, decision.action, decision.reason, int(prev.get("episodes") or 0),
+                        len(prev.get("parts") or ()), 0, tuple(src.video_files) if src else (), sources=src)
+    problem, episodes, parts, data_bytes = src.problem, 0, 0, src.data_bytes
+    if problem is None:
+        try:
+            rows = src.rows if src.rows is not None else _read_rows(scanned.root, scanned.info, src.episodes_file)
+            plans = plan_parts(rows, lambda f: _listed_size(scanned.listing, f), limit=int(options["data_span_limit"]),
+                               in_parts=bool(options["read_in_parts"]), file=src.episodes_file)
+            episodes, parts, data_bytes = len(rows), len(plans), sum(p.data_bytes for p in plans)
+        except LeRobotImportError as ex:
+            problem = str(ex)
+    return FilePlan(decision.episodes_file, decision.action, decision.reason, episodes, parts, data_bytes,
+                    src.video_files, problem, sources=src)
+
+
+def _read_rows(root: str, info: DatasetInfo, rel: str):
+    raw = storage.read_bytes(storage.dataset_file(root, rel), what="episodes file", file=rel)
+    return read_episode_rows(raw, info, file=rel)
+
+
+def _listed_size(listing: sources.SourceListing, rel: str) -> int:
+    found = listing.get(rel)
+    if found is None:
+        raise LeRobotImportError("file_missing", f"data file {rel} does not exist", file=rel)
+    return found.size
+
+
+def _output_ratio(previous: Optional[dict]) -> tuple[float, str]:
+    """Output bytes per data byte spanned, from the last import's imported episodes files."""
+    entries = [e for e in ((previous or {}).get("episodes_files") or {}).values()
+               if isinstance(e, dict) and e.get("status") in sources.GOOD_STATUSES]
+    written = sum(int(e.get("bytes") or 0) for e in entries)
+    spanned = sum(int(e.get("data_bytes") or 0) for e in entries)
+    if written > 0 and spanned > 0:
+        return written / spanned, "last import"
+    return DEFAULT_OUTPUT_RATIO, "default"
+
+
+def _lease_holder(out: str) -> Optional[str]:
+    try:
+        held = lease_lib.read_lease(out)
+    except OSError as ex:
+        return f"cannot read the lease: {ex}"
+    return held.describe() if held is not None else None
+
+
+# ------------------------------------------------------------------------------------------------
+# Command line
+# ------------------------------------------------------------------------------------------------
+
+def targets(dataset: Sequence[str], datasets: Optional[str], output: str) -> list[tuple[str, str]]:
+    """(dataset root, output root) pairs, laid out as the import lays them out: one dataset into OUT,
+    several (or `--datasets`) each into OUT/<name>/; outputs overlapping their dataset refused."""
+    roots = [storage.normalize_root(d) for d in dataset]
+    bulk: list[str] = []
+    if datasets:
+        from pipelines.import_lerobot import resolve_datasets  # globs and @FILE, as the import expands them
+        bulk = resolve_datasets(datasets)
+    out = storage.normalize_root(output)
+    roots = list(dict.fromkeys(roots + bulk))
+    if not roots:
+        raise SystemExit("error: give --dataset ROOT (repeatable) or --datasets ROOTS|GLOB|@FILE")
+    if len(roots) == 1 and not bulk:
+        pairs = [(roots[0], out)]
+    else:
+        names: dict[str, str] = {}
+        for root in roots:
+            name = _dataset_name(root)
+            if name in names:
+                raise SystemExit(f"error: datasets {names[name]} and {root} would both import into "
+                                 f"{storage.join(out, name)}; import them in separate runs")
+            names[name] = root
+        pairs = [(r, storage.join(out, _dataset_name(r))) for r in roots]
+    for root, target in pairs:
+        problem = paths.placement_problem(root, target)
+        if problem:
+            raise SystemExit(f"error: {problem}")
+    return pairs
+
+
+def _dataset_name(root: str) -> str:
+    return root.rstrip("/").rsplit("/", 1)[-1]
+
+
+def _parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(prog="lerobot-import plan", description="Show what an import run would do, "
+                                 "without writing anything.")
+    ap.add_argument("--dataset", action="append", default=[], help="dataset root (repeatable)")
+    ap.add_argument("--datasets", default=None, help="bulk: comma-separated roots or globs, or @FILE")
+    ap.add_argument("--output", required=True, help="output root")
+    ap.add_argument("--force", action="store_true", help="plan a run that redoes every episodes file")
+    ap.add_argument("--read-in-parts", "--read_in_parts", dest="read_in_parts", action="store_true")
+    ap.add_argument("--data-span-limit", "--data_span_limit", dest="data_span_limit", type=int,
+                    default=DATA_SPAN_LIMIT)
+    ap.add_argument("--inline-index", "--inline_index", dest="inline_index", action="store_true")
+    ap.add_argument("--skip-videos", "--skip_videos", dest="skip_videos", action="store_true")
+    ap.add_argument("--json", action="store_true", help="print the plan as JSON")
+    ap.add_argument("--list", action="store_true", help="list every episodes file, unchanged ones included")
+    return ap
+
+
+def run(argv: Optional[Sequence[str]] = None) -> int:
+    """Plan every dataset of the command line and print the plans; 1 when a dataset cannot be imported."""
+    args, _beam_options = _parser().parse_known_args(argv)
+    settings = PlanSettings(read_in_parts=args.read_in_parts, data_span_limit=args.data_span_limit,
+                            inline_index=args.inline_index, skip_videos=args.skip_videos, force=args.force)
+    options = output_options(settings)
+    plans = [plan_dataset(root, out, options, force=settings.force)
+             for root, out in targets(args.dataset, args.datasets, args.output)]
+    if args.json:
+        print(json.dumps([p.to_json() for p in plans], indent=2, sort_keys=True))
+    else:
+        for p in plans:
+            print(render(p, every_file=args.list))
+    return 1 if any(p.problem for p in plans) else 0
+
+
+def render(p: DatasetPlan, *, every_file: bool = False) -> str:
+    """A plan as text: a summary line, then one line per episodes file to import or remove."""
+    c = p.counts
+    lines = [f"{p.dataset} -> {p.output}: {c['import']} episodes files to import, {c['unchanged']} unchanged, "
+             f"{c['removed']} to remove"]
+    if p.problem:
+        lines.append(f"  cannot import: {p.problem}")
+    if p.lease:
+        lines.append(f"  lease: {p.lease}")
+    if c["import"]:
+        lines.append(f"  would write {p.parts} parts of {p.episodes} episodes, reading {_size(p.data_bytes_to_read)} "
+                     f"of data files and the MediaIndex of {len(p.mp4s_to_read)} MP4s; "
+                     f"~{_size(p.estimated_output_bytes)} out ({p.output_ratio:.2f} output bytes per data byte, "
+                     f"{p.ratio_source})")
+    for f in p.files:
+        if f.action == sources.UNCHANGED and not every_file:
+            continue
+        detail = (f"{f.parts} parts to remove" if f.action == sources.REMOVED else
+                  f"{f.episodes} episodes, {f.parts} parts" + (f", {_size(f.data_bytes)} of data"
+                                                               if f.action == sources.IMPORT else ""))
+        lines.append(f"  {f.action:9} {f.episodes_file} ({f.reason}): {detail}")
+        if f.problem:
+            lines.append(f"            would fail: {f.problem}")
+    return "\n".join(lines)
+
+
+def _size(n: int) -> str:
+    for unit in ("B", "KB", "MB", "GB"):
+        if n < 1000 or unit == "GB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1000
+    return f"{n} B"
+
+
+def main() -> None:
+    sys.exit(run())
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,322 @@
+"""`lerobot-import verify OUT [--sources]`: check an import against its manifest.
+
+    lerobot-import verify out/so101              one dataset's output
+    lerobot-import verify gs://bucket/imports    a bulk output: every OUT/<name>/ that has a manifest
+    lerobot-import verify OUT --sources          also: which episodes files are stale against the dataset
+
+What holds for a sound import, each checked and each failure named by its file:
+  * every part the manifest lists exists, with the size and sha256 it records (`part_files`), opens as
+    Parquet, and holds the recorded number of rows (episodes); a manifest that records no
+    `part_files` is checked for existence, readability and the episodes it counts;
+  * every media_index part listed exists and opens as Parquet;
+  * errors.jsonl holds one row per error the manifest counts;
+  * no file under `episodes/` or `media_index/` that the manifest does not list, and no temporary
+    file (`.<name>.tmp-*`) left anywhere in the output by a write that never finished;
+  * with `--sources`: every episodes file is as the dataset has it now (none new, changed, gone, or
+    failed last time), as the next run would decide.
+
+Exit status 0 when all holds, 1 with the list of problems.
+"""
+
+from __future__ import annotations
+
+import argparse
+import concurrent.futures
+import dataclasses
+import hashlib
+import json
+import sys
+from typing import Any, Iterable, Optional, Sequence
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from transforms import storage
+from transforms.episode import paths
+from transforms.lease import LEASE_NAME
+from transforms.lerobot import sources
+
+#: Files of an output that no manifest lists and that are not leftovers: the lease and its lock file.
+_RUN_FILES = (LEASE_NAME, LEASE_NAME + ".lock")
+#: Parts checked at once (reads from an object store overlap).
+CHECK_THREADS = 8
+_BLOCK = 8 * 1024 * 1024
+
+#: Why the next run would import or remove an episodes file, as a verify problem says it.
+STALE_REASONS = {
+    "new": "a new episodes file of the dataset, not imported yet",
+    "sources changed": "its sources changed since it was imported (info.json, the episodes file, or a data file "
+                       "or MP4 it references)",
+    "failed last run": "its last import failed (errors.jsonl says why); the next run imports it again",
+    "no recorded sources": "the manifest records no source fingerprint for it (an import that did not record "
+                           "one): the next run imports it again",
+    "gone": "no longer in the dataset; the next run removes its output",
+}
+
+
+@dataclasses.dataclass(frozen=True, order=True)
+class Problem:
+    """One thing that does not hold, named by its file (relative to the output root, or for a stale
+    episodes file its path in the dataset)."""
+
+    path: str
+    kind: str  # manifest | missing | size | checksum | unreadable | rows | unlisted | tmp | errors | stale | sources
+    message: str
+
+    def __str__(self) -> str:
+        return f"{self.path}: [{self.kind}] {self.message}"
+
+
+@dataclasses.dataclass(frozen=True)
+class VerifyReport:
+    """The verification of one dataset's output."""
+
+    output: str
+    problems: tuple[Problem, ...]
+    parts: int = 0  # parts checked
+    checksums: int = 0  # of them, checked against a recorded size and sha256
+    media_index_files: int = 0
+    sources_checked: bool = False
+
+    @property
+    def ok(self) -> bool:
+        return not self.problems
+
+    def summary(self) -> str:
+        if not self.ok:
+            return f"{self.output}: {len(self.problems)} problem{'s' if len(self.problems) != 1 else ''}"
+        sums = f"{self.checksums} checksums" if self.checksums else "no checksums recorded"
+        return (f"{self.output}: ok - {self.parts} parts ({sums}), {self.media_index_files} media_index files"
+                + (", sources current" if self.sources_checked else ""))
+
+
+@dataclasses.dataclass(frozen=True)
+class _PartCheck:
+    path: str
+    problems: tuple[Problem, ...]
+    rows: Optional[int]  # rows read from the footer, when it opens
+    checksum: bool  # checked against a recorded sha256
+
+
+def verify(output: str, *, check_sources: bool = False) -> list[VerifyReport]:
+    """Verify a dataset output, or every dataset output under a bulk output root.
+
+    Args:
+        output: the output root (local path or fsspec URL).
+        check_sources: also compare each episodes file's recorded sources with the dataset now.
+    Returns:
+        One report per dataset output (a bulk root with no dataset output: one report with the problem).
+    """
+    out = storage.normalize_root(output)
+    if storage.exists(storage.join(out, paths.MANIFEST)):
+        return [verify_output(out, check_sources=check_sources)]
+    subs = [storage.join(out, name) for name in storage.list_dir(out, dirs=True)
+            if storage.exists(storage.join(out, f"{name}/{paths.MANIFEST}"))]
+    if not subs:
+        return [VerifyReport(out, (Problem(paths.MANIFEST, "manifest", f"no {paths.MANIFEST} in {out}, nor in any "
+                                           "folder under it: is this an import's output?"),))]
+    return [verify_output(sub, check_sources=check_sources) for sub in subs]
+
+
+def verify_output(out: str, *, check_sources: bool = False) -> VerifyReport:
+    """Verify one dataset output against its manifest (see the module docstring for what is checked)."""
+    out = storage.normalize_root(out)
+    manifest, problem = _read_manifest(out)
+    if manifest is None:
+        return VerifyReport(out, (problem,))
+    entries = {rel: e for rel, e in (manifest.get("episodes_files") or {}).items() if isinstance(e, dict)}
+    problems: list[Problem] = []
+    checks = _check_parts(out, entries)
+    for check in checks:
+        problems += check.problems
+    problems += _check_rows_without_records(entries, {c.path: c for c in checks})
+    media_index = [p for p in manifest.get("media_index") or [] if isinstance(p, str)]
+    problems += [p for path in media_index for p in _check_readable(out, path, "media_index part")]
+    problems += _check_errors_file(out, manifest)
+    listed = {c.path for c in checks} | set(media_index)
+    problems += _check_listing(out, listed)
+    if check_sources:
+        problems += stale_episodes_files(manifest)
+    return VerifyReport(out, tuple(sorted(set(problems))), parts=len(checks),
+                        checksums=sum(c.checksum for c in checks), media_index_files=len(media_index),
+                        sources_checked=check_sources)
+
+
+def _read_manifest(out: str) -> tuple[Optional[dict], Optional[Problem]]:
+    raw = storage.optional_read(storage.join(out, paths.MANIFEST))
+    if raw is None:
+        return None, Problem(paths.MANIFEST, "manifest", f"no {paths.MANIFEST} in {out}")
+    try:
+        doc = json.loads(raw)
+    except (UnicodeDecodeError, json.JSONDecodeError) as ex:
+        return None, Problem(paths.MANIFEST, "manifest", f"is not JSON ({ex}): truncated or overwritten")
+    if not isinstance(doc, dict) or not isinstance(doc.get("episodes_files"), dict):
+        return None, Problem(paths.MANIFEST, "manifest", "is not an import's manifest (no `episodes_files` object)")
+    return doc, None
+
+
+def _check_parts(out: str, entries: dict[str, dict]) -> list[_PartCheck]:
+    """Check every part every episodes file lists, several at once."""
+    work = []
+    for entry in entries.values():
+        records = {r.get("path"): r for r in entry.get("part_files") or [] if isinstance(r, dict)}
+        work += [(part, records.get(part)) for part in entry.get("parts") or [] if isinstance(part, str)]
+    with concurrent.futures.ThreadPoolExecutor(max_workers=CHECK_THREADS) as pool:
+        return list(pool.map(lambda item: _check_part(out, *item), work))
+
+
+def _check_part(out: str, path: str, record: Optional[dict]) -> _PartCheck:
+    """One part: exists; size and sha256 as recorded; opens as Parquet; rows as recorded."""
+    fs, full = storage.filesystem(storage.join(out, path))
+    try:
+        size, digest = _size_and_digest(fs, full)
+    except FileNotFoundError:
+        return _PartCheck(path, (Problem(path, "missing", "listed in the manifest but not in the output"),), None,
+                          False)
+    problems = []
+    if record is not None and int(record.get("bytes", -1)) != size:
+        problems.append(Problem(path, "size", f"{size} bytes, the manifest records {record.get('bytes')}: "
+                                "truncated or rewritten since the import"))
+    elif record is not None and record.get("sha256") and record["sha256"] != digest:
+        problems.append(Problem(path, "checksum", f"sha256 {digest[:16]}..., the manifest records "
+                                f"{str(record['sha256'])[:16]}...: the content changed since the import"))
+    rows, unreadable = _parquet_rows(fs, full)
+    if unreadable:
+        problems.append(Problem(path, "unreadable", f"does not open as Parquet: {unreadable}"))
+    elif record is not None and record.get("rows") is not None and int(record["rows"]) != rows:
+        problems.append(Problem(path, "rows", f"holds {rows} rows, the manifest records {record['rows']}"))
+    return _PartCheck(path, tuple(problems), rows, record is not None and bool(record.get("sha256")))
+
+
+def _size_and_digest(fs, full: str) -> tuple[int, str]:
+    sha, size = hashlib.sha256(), 0
+    with fs.open(full, "rb") as f:
+        while block := f.read(_BLOCK):
+            sha.update(block)
+            size += len(block)
+    return size, sha.hexdigest()
+
+
+def _parquet_rows(fs, full: str) -> tuple[Optional[int], Optional[str]]:
+    """(rows, None), or (None, why the file does not open as Parquet)."""
+    try:
+        with fs.open(full, "rb") as f:
+            return pq.ParquetFile(f).metadata.num_rows, None
+    except FileNotFoundError:
+        return None, "it does not exist"
+    except (pa.ArrowException, OSError, ValueError) as ex:
+        return None, str(ex).splitlines()[0] if str(ex) else type(ex).__name__
+
+
+def _check_readable(out: str, path: str, what: str) -> list[Problem]:
+    fs, full = storage.filesystem(storage.join(out, path))
+    if not fs.exists(full):
+        return [Problem(path, "missing", f"{what} listed in the manifest but not in the output")]
+    _, unreadable = _parquet_rows(fs, full)
+    return [Problem(path, "unreadable", f"{what} does not open as Parquet: {unreadable}")] if unreadable else []
+
+
+def _check_rows_without_records(entries: dict[str, dict], checks: dict[str, _PartCheck]) -> list[Problem]:
+    """Without recorded `part_files`, the parts of an imported episodes file must still hold the episodes
+    the manifest counts for it (one row per episode)."""
+    problems = []
+    for rel, entry in entries.items():
+        parts = [p for p in entry.get("parts") or [] if isinstance(p, str)]
+        if entry.get("part_files") or not parts or entry.get("episodes_written") is None:
+            continue
+        rows = [checks[p].rows for p in parts if p in checks]
+        if any(r is None for r in rows):
+            continue  # missing or unreadable: already a problem of its own
+        if sum(rows) != int(entry["episodes_written"]):
+            problems.append(Problem(parts[0], "rows", f"the parts of {rel} hold {sum(rows)} rows, the manifest "
+                                    f"counts {entry['episodes_written']} episodes written"))
+    return problems
+
+
+def _check_errors_file(out: str, manifest: dict) -> list[Problem]:
+    expected = (manifest.get("totals") or {}).get("errors")
+    raw = storage.optional_read(storage.join(out, paths.ERRORS))
+    if raw is None:
+        return [Problem(paths.ERRORS, "missing", "listed by every import but not in the output")]
+    lines = [line for line in raw.decode("utf-8", "replace").splitlines() if line.strip()]
+    if expected is not None and len(lines) != int(expected):
+        return [Problem(paths.ERRORS, "errors", f"holds {len(lines)} rows, the manifest counts {expected} errors")]
+    return []
+
+
+def _check_listing(out: str, listed: set[str]) -> list[Problem]:
+    """Unlisted files under the managed folders, and temporary files anywhere in the output."""
+    problems = []
+    for rel in _output_files(out):
+        name = rel.rsplit("/", 1)[-1]
+        if name.startswith(".") and storage.TMP_MARK in name:
+            problems.append(Problem(rel, "tmp", "a temporary file left by a write that never finished (a crashed "
+                                    "or killed run); no reader takes it for output, it can be removed"))
+        elif rel.split("/", 1)[0] in (paths.EPISODES_DIR, paths.MEDIA_INDEX_DIR) and rel not in listed:
+            problems.append(Problem(rel, "unlisted", "in the output but not listed in the manifest: not written by "
+                                    "this import (another run, a copy, or a removed episodes file's leftover)"))
+    return problems
+
+
+def _output_files(out: str) -> Iterable[str]:
+    fs, base = storage.filesystem(out)
+    base = base.rstrip("/")
+    try:
+        found = storage.with_retries(lambda: fs.find(base))
+    except FileNotFoundError:
+        return []
+    rels = (p[len(base) + 1:] for p in found if p.startswith(base + "/"))
+    return sorted(r for r in rels if r not in _RUN_FILES)
+
+
+def stale_episodes_files(manifest: dict) -> list[Problem]:
+    """The episodes files the next run would import or remove, as problems (the dataset and the
+    options are the manifest's)."""
+    dataset, options = manifest.get("dataset"), manifest.get("options")
+    if not dataset or not isinstance(options, dict):
+        return [Problem(paths.MANIFEST, "sources", "the manifest names no dataset or options to compare with")]
+    try:
+        scanned = sources.scan_dataset(dataset, options, previous_manifest=manifest)
+    except OSError as ex:
+        return [Problem(paths.MANIFEST, "sources", f"cannot list the dataset {dataset}: {ex}")]
+    return [Problem(d.episodes_file, "stale", STALE_REASONS.get(d.reason, d.reason))
+            for d in sources.decide(scanned.files, manifest) if d.action != sources.UNCHANGED]
+
+
+# ------------------------------------------------------------------------------------------------
+# Command line
+# ------------------------------------------------------------------------------------------------
+
+def run(argv: Optional[Sequence[str]] = None) -> int:
+    """Verify the outputs of the command line, print the reports; 0 when every check holds, else 1."""
+    ap = argparse.ArgumentParser(prog="lerobot-import verify", description="Check an import against its manifest.")
+    ap.add_argument("output", help="an import's output root, or a bulk output root (OUT/<name>/...)")
+    ap.add_argument("--sources", action="store_true", help="also report episodes files stale against the dataset")
+    ap.add_argument("--json", action="store_true", help="print the reports as JSON")
+    args = ap.parse_args(argv)
+    reports = verify(args.output, check_sources=args.sources)
+    if args.json:
+        print(json.dumps([_report_json(r) for r in reports], indent=2))
+    else:
+        for report in reports:
+            print(report.summary())
+            for problem in report.problems:
+                print(f"  {problem}")
+        if len(reports) > 1:
+            bad = sum(not r.ok for r in reports)
+            print(f"{len(reports)} dataset outputs verified, {bad} with problems")
+    return 0 if all(r.ok for r in reports) else 1
+
+
+def _report_json(report: VerifyReport) -> dict[str, Any]:
+    return {"output": report.output, "ok": report.ok, "parts": report.parts, "checksums": report.checksums,
+            "media_index_files": report.media_index_files, "sources_checked": report.sources_checked,
+            "problems": [dataclasses.asdict(p) for p in report.problems]}
+
+
+def main() -> None:
+    sys.exit(run())
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,241 @@
+"""What an import reports beyond its episodes: warnings for quirks that import fine, a hint where a missing
+MP4 really is, one note per dataset that `--skip-videos` imports the rest, each part's size and digest,
+counts that agree between errors.jsonl, the manifest and the metrics, and a finish step that always
+writes errors.jsonl and manifest.json."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from apache_beam.metrics.metric import MetricsFilter
+from apache_beam.options.pipeline_options import PipelineOptions
+
+from tests import mp4_factory as MF
+from tests.dataset_factory import DatasetSpec, edit_episodes, edit_info, write_dataset
+from tests.helpers import read_errors, read_manifest, run_import
+from transforms import write_outputs
+from transforms.episode import clips
+from transforms.errors import LeRobotImportError
+
+CAM = "observation.images.cam"
+MP4 = f"videos/{CAM}/chunk-000/file-000.mp4"
+FILE0 = "meta/episodes/chunk-000/file-000.parquet"
+FEATURES = {
+    "observation.state": {"dtype": "float32", "shape": [2], "names": ["a", "b"]},
+    CAM: {"dtype": "video", "shape": [48, 64, 3], "names": ["height", "width", "channels"],
+          "info": {"video.codec": "h264", "video.fps": 10, "video.pix_fmt": "yuv420p"}},
+}
+
+
+@pytest.fixture(scope="module")
+def h264(tmp_path_factory) -> Path:
+    """30 frames of H.264 at 10 fps: episodes of 10, 12 and 8 frames in one file."""
+    return MF.encode(tmp_path_factory.mktemp("mp4") / "cam.mp4", codec="libx264", frames=30, fps=10)
+
+
+def _dataset(root: Path, mp4: Path) -> Path:
+    return write_dataset(root, DatasetSpec(lengths=(10, 12, 8), fps=10, features=FEATURES, video_files={CAM: mp4}))
+
+
+def _edit_column(root: Path, name: str, values: list) -> None:
+    edit_episodes(root, lambda t: t.set_column(t.schema.get_field_index(name), name, pa.array(values, pa.float64())))
+
+
+def test_clips_one_frame_short_import_with_a_warning_each(tmp_path, h264):
+    root = _dataset(tmp_path / "ds", h264)
+    to = f"videos/{CAM}/to_timestamp"
+    _edit_column(root, to, [0.9, 2.1, 2.9])  # (length - 1) / fps after each start: one frame short
+    out = tmp_path / "out"
+    assert run_import(root, out) == 0
+    manifest = read_manifest(out)
+    assert manifest["status"] == "imported" and manifest["totals"]["warnings"] == 3
+    assert [(w["episode_index"], w["what"], w["by"], w["file"]) for w in manifest["warnings"]] == [
+        (0, "clip_end_short", "0.1 s (1 frame)", MP4), (1, "clip_end_short", "0.1 s (1 frame)", MP4),
+        (2, "clip_end_short", "0.1 s (1 frame)", MP4)]
+    assert manifest["warnings"][1]["message"] == (
+        f"episode 1: camera `{CAM}` clip ends at 2.1 s, 0.1 s (1 frame) before its last frame ends "
+        "(1 + 12 / 10 = 2.2 s); the last frame's time lies outside the clip")
+    assert read_errors(out) == []
+
+
+def test_clip_starts_off_the_file_frames_warn_with_the_drift(tmp_path, h264):
+    root = _dataset(tmp_path / "ds", h264)
+    _edit_column(root, f"videos/{CAM}/from_timestamp", [0.0, 1.2, 2.2])  # written 1.0, 2.2: episode 1 is 2 late
+    _edit_column(root, f"videos/{CAM}/to_timestamp", [1.0, 2.4, 3.0])
+    out = tmp_path / "out"
+    assert run_import(root, out) == 0
+    warnings = read_manifest(out)["warnings"]
+    assert [(w["episode_index"], w["what"], w["by"]) for w in warnings] == [(1, "start_drift", "+0.2 s (2 frames)")]
+    assert "the 10 frames before it in that file end at 1 s" in warnings[0]["message"]
+
+
+def test_declared_codec_other_than_the_file_warns(tmp_path, h264):
+    root = _dataset(tmp_path / "ds", h264)
+    edit_info(root, lambda info: info["features"][CAM]["info"].update({"video.codec": "hevc"}))
+    out = tmp_path / "out"
+    assert run_import(root, out) == 0
+    manifest = read_manifest(out)
+    assert [(w["what"], w["by"], w["file"], w["episode_index"]) for w in manifest["warnings"]] == [
+        ("codec_mismatch", "declared hevc, found avc1 (h264)", MP4, None)]
+    assert manifest["totals"]["warnings"] == 1
+
+
+def test_mp4s_under_a_sibling_folder_are_named_and_skip_videos_is_said_once(tmp_path, h264):
+    root = write_dataset(tmp_path / "ds", DatasetSpec(lengths=(10, 12, 8), fps=10, features=FEATURES,
+                                                      episodes_per_meta_file=1, video_files={CAM: h264}))
+    (root / "videos").rename(root / "video")
+    out = tmp_path / "out"
+    assert run_import(root, out) == 1
+    missing = [e for e in read_errors(out) if e["rule"] == "file_missing"]
+    assert [e["episode_index"] for e in missing] == [0, 1, 2]
+    assert all(f"a file of that name is at video/{CAM}/chunk-000/file-000.mp4" in e["message"] and
+               "the dataset's folder is `video/` where the path template says `videos/`" in e["message"]
+               for e in missing)
+    notes = read_manifest(out)["notes"]
+    assert len(notes) == 1 and notes[0].startswith(f"camera `{CAM}`: 1 MP4 file is missing or unusable "
+                                                   f"(file_missing; first: {MP4})")
+    assert "--skip-videos imports the dataset without its video features" in notes[0]
+    assert run_import(root, tmp_path / "skipped", "--skip-videos") == 0
+
+
+def test_manifest_records_each_part_size_rows_and_digest(tmp_path):
+    root = write_dataset(tmp_path / "ds", DatasetSpec(lengths=(4, 6, 5, 3), episodes_per_data_file=2))
+    out = tmp_path / "out"
+    limit = max(p.stat().st_size for p in (root / "data").rglob("*.parquet"))  # one data file per part
+    assert run_import(root, out, "--read-in-parts", "--data-span-limit", str(limit)) == 0
+    entry = read_manifest(out)["episodes_files"][FILE0]
+    assert [p["path"] for p in entry["part_files"]] == entry["parts"] and len(entry["parts"]) == 2
+    for record in entry["part_files"]:
+        data = (out / record["path"]).read_bytes()
+        assert record["bytes"] == len(data) and record["sha256"] == hashlib.sha256(data).hexdigest()
+        assert record["rows"] == pq.ParquetFile(out / record["path"]).metadata.num_rows
+    assert [p["rows"] for p in entry["part_files"]] == [2, 2]
+
+
+def _run_with_counters(root: Path, out: Path) -> dict[str, int]:
+    from pipelines.import_lerobot import build_pipeline, config_from_options
+    from pipelines.options import ImportOptions
+    options = PipelineOptions(["--dataset", str(root), "--output", str(out), "--runner", "FnApiRunner"])
+    result = build_pipeline(options, config_from_options(options.view_as(ImportOptions)), "t0").run()
+    result.wait_until_finish()
+    found = result.metrics().query(MetricsFilter().with_namespace("lerobot_import"))["counters"]
+    return {c.key.metric.name: c.committed for c in found}
+
+
+def test_the_errors_counter_equals_the_manifest_and_errors_jsonl(tmp_path):
+    root = write_dataset(tmp_path / "ds", DatasetSpec(lengths=(3, 4, 5, 2), episodes_per_meta_file=2))
+    edit_episodes(root, lambda t: t.set_column(t.schema.get_field_index("length"), "length",
+                                               pa.array([3, 5], pa.int64())))  # episode 1: 4 frames, says 5
+    out = tmp_path / "out"
+    counters = _run_with_counters(root, out)
+    errors = read_errors(out)
+    assert [(e["episode_index"], e["rule"]) for e in errors] == [(0, "file_failed"), (1, "length_mismatch")]
+    assert counters["errors"] == read_manifest(out)["totals"]["errors"] == len(errors)
+    assert counters["episodes"] == 2 and counters.get("datasets_failed") == 1
+
+
+def test_a_dataset_failing_before_its_episodes_files_counts_none(tmp_path):
+    root = write_dataset(tmp_path / "ds", DatasetSpec(lengths=(3,)))
+    for path in sorted((root / "meta" / "episodes").rglob("*"), reverse=True):
+        path.unlink() if path.is_file() else path.rmdir()
+    out = tmp_path / "out"
+    assert run_import(root, out) == 1
+    manifest = read_manifest(out)
+    assert manifest["totals"]["episodes_files"] == 0 and manifest["episodes_files"] == {}
+    assert manifest["totals"]["errors"] == 1 == len(read_errors(out))
+
+
+def test_a_memory_error_while_finishing_still_writes_errors_and_manifest(tmp_path, monkeypatch):
+    root = write_dataset(tmp_path / "ds", DatasetSpec(lengths=(3, 4)))
+
+    def out_of_memory(root):
+        raise MemoryError("simulated while reading meta/info.json")
+
+    monkeypatch.setattr(write_outputs, "info_sha256", out_of_memory)
+    out = tmp_path / "out"
+    assert run_import(root, out) == 1
+    errors = read_errors(out)
+    assert [e["rule"] for e in errors] == ["internal"]
+    assert "MemoryError" in errors[0]["message"] and "simulated while reading" in errors[0]["message"]
+    manifest = read_manifest(out)
+    assert manifest["status"] == "failed" and manifest["totals"]["errors"] == 1
+    assert manifest["episodes_files"][FILE0]["status"] == "imported"  # the episodes themselves imported
+    assert (out / "episodes" / "chunk-000" / "file-000.parquet").exists()
+
+
+def test_a_media_index_part_that_cannot_be_written_fails_the_dataset_not_the_run(tmp_path, h264, monkeypatch):
+    from transforms import media_files
+
+    def full_disk(*args):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(media_files, "write_media_index_part", full_disk)
+    root = _dataset(tmp_path / "ds", h264)
+    out = tmp_path / "out"
+    assert run_import(root, out) == 1
+    errors = read_errors(out)
+    assert [(e["rule"], e["file"], e["episodes_file"]) for e in errors] == [
+        ("internal", "media_index/part-00000.parquet", None)]
+    assert "No space left on device" in errors[0]["message"]
+    manifest = read_manifest(out)
+    assert manifest["status"] == "failed" and manifest["totals"]["errors"] == 1
+    assert manifest["episodes_files"][FILE0]["status"] == "imported" and manifest["media_index"] == []
+
+
+@pytest.mark.parametrize("tail", ['"deep": ' + "[" * 100_000 + "]" * 100_000, '"big": ' + "9" * 5000])
+def test_an_info_json_too_deep_or_too_long_still_gets_errors_and_manifest(tmp_path, tail):
+    root = write_dataset(tmp_path / "ds", DatasetSpec(lengths=(3, 4), episodes_per_meta_file=1))
+    info = root / "meta" / "info.json"
+    info.write_text(info.read_text().rstrip()[:-1] + ", " + tail + "}")
+    out = tmp_path / "out"
+    assert run_import(root, out) == 1
+    errors = read_errors(out)
+    assert {e["rule"] for e in errors} == {"info_json", "file_failed"} and len(errors) == 4
+    manifest = read_manifest(out)
+    assert manifest["status"] == "failed" and manifest["totals"]["errors"] == 4
+    assert manifest["info_json_sha256"] == hashlib.sha256(info.read_bytes()).hexdigest()
+
+
+def test_clip_times_beyond_int64_nanoseconds_are_refused(tmp_path, h264):
+    root = _dataset(tmp_path / "ds", h264)
+    _edit_column(root, f"videos/{CAM}/from_timestamp", [0.0, 1.0, 9.3e9])
+    _edit_column(root, f"videos/{CAM}/to_timestamp", [1.0, 2.2, 9.3e9 + 0.8])
+    out = tmp_path / "out"
+    assert run_import(root, out) == 1
+    rows = [e for e in read_errors(out) if e["rule"] == "timestamps"]
+    assert rows and rows[0]["episode_index"] == 2 and CAM in rows[0]["message"]
+    assert not (out / "episodes" / "chunk-000" / "file-000.parquet").exists()
+
+
+def test_seconds_to_ns_never_wraps():
+    ns = clips.seconds_to_ns(np.array([0.0, 1.5e-9, -2.5e-9, 9.2e9])).tolist()
+    assert ns == [0, 2, -3, 9_200_000_000_000_000_000]
+    for bad in (9.3e9, -9.3e9, float("nan"), float("inf")):
+        with pytest.raises(LeRobotImportError, match="does not fit in nanoseconds") as info:
+            clips.seconds_to_ns(np.array([1.0, bad]))
+        assert info.value.rule == "timestamps"
+
+
+def test_clip_times_name_the_episode_and_camera():
+    from transforms.lerobot.episodes_files import VideoSlice
+    slices = [VideoSlice(CAM, MP4, 0.0, 1.0), VideoSlice(CAM, MP4, 1e10, 1e10 + 1)]
+    with pytest.raises(LeRobotImportError, match=f"episode 8: camera `{CAM}` clip spans 10000000000.0") as info:
+        clips.clip_times_ns(slices, [7, 8])
+    assert info.value.rule == "timestamps" and info.value.episode_index == 8
+    start, end = clips.clip_times_ns(slices[:1], [7])
+    assert start.tolist() == [0] and end.tolist() == [1_000_000_000]
+
+
+def test_the_manifest_tool_version_is_the_installed_package_version(tmp_path):
+    import importlib.metadata
+    root = write_dataset(tmp_path / "ds", DatasetSpec(lengths=(2,)))
+    assert run_import(root, tmp_path / "out") == 0
+    tool = read_manifest(tmp_path / "out")["tool"]
+    assert tool == {"name": "lerobot-beam-import", "version": importlib.metadata.version("lerobot-beam-import")}
+    assert json.dumps(tool)  # plain JSON values

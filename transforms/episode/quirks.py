@@ -1,0 +1,171 @@
+"""Quirks that import fine but matter to whoever reads the import: each is a `WarningRecord`, listed in
+the manifest's `warnings` and counted in its totals, never an error.
+
+    clip_end_short   a clip ends before its episode's last frame ends: to_timestamp is short of
+                     from_timestamp + length / fps (often by exactly one frame: `(length - 1) / fps`)
+    start_drift      a clip starts more than half a frame away from where the frames before it in its
+                     MP4 end, so frame i of the episode is not the MP4's frame at from_timestamp + i / fps
+    codec_mismatch   an MP4's video track holds another codec than info.json declares for its camera
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Iterable, Optional, Sequence
+
+import pyarrow as pa
+
+from transforms.episode import spql_types
+from transforms.lerobot.episodes_files import EpisodeRow
+
+#: warning id -> what it means; the id is what a manifest warning's `what` holds.
+WARNINGS: dict[str, str] = {
+    "clip_end_short": "a clip ends before its episode's last frame ends (to_timestamp < from_timestamp + length / fps)",
+    "start_drift": "a clip starts more than half a frame away from where the frames before it in its MP4 end",
+    "codec_mismatch": "an MP4's video track holds another codec than info.json declares for its camera",
+}
+
+#: Sample-entry codes of an MP4 video track -> the codec names info.json uses.
+CODEC_FAMILIES = {"avc1": "h264", "avc3": "h264", "h264": "h264", "hvc1": "hevc", "hev1": "hevc", "hevc": "hevc",
+                  "h265": "hevc", "av01": "av1", "av1": "av1", "vp09": "vp9", "vp9": "vp9", "mp4v": "mpeg4",
+                  "mpeg4": "mpeg4"}
+#: Differences below this many seconds are float noise in timestamps written as float32/float64.
+_EPSILON = 1e-6
+
+
+@dataclasses.dataclass(frozen=True)
+class WarningRecord:
+    """One entry of the manifest's `warnings`: where, what, and by how much."""
+
+    dataset: str
+    episodes_file: Optional[str]
+    episode_index: Optional[int]
+    file: Optional[str]
+    what: str
+    by: str
+    message: str
+
+    def sort_key(self) -> tuple:
+        return (self.episodes_file or "", -1 if self.episode_index is None else self.episode_index,
+                self.file or "", self.what, self.message)
+
+    def to_json(self) -> dict[str, Any]:
+        """The manifest entry (the dataset is the manifest's own)."""
+        return {"episodes_file": self.episodes_file, "episode_index": self.episode_index, "file": self.file,
+                "what": self.what, "by": self.by, "message": self.message}
+
+
+@dataclasses.dataclass(frozen=True)
+class ClipSpan:
+    """One episode's clip in an MP4, as its episodes file declares it."""
+
+    episodes_file: str
+    episode_index: int
+    from_timestamp: float
+    to_timestamp: float
+    length: int
+
+
+def _frames(seconds: float, fps: float) -> str:
+    n = f"{seconds * fps:.3g}"
+    return f"{n} frame" + ("" if n in ("1", "-1") else "s")
+
+
+def clip_end_warnings(dataset: str, episodes_file: str, rows: Sequence[EpisodeRow],
+                      fps: Optional[float]) -> list[WarningRecord]:
+    """A `clip_end_short` warning per camera clip that ends more than half a frame before its episode's
+    last frame ends.
+
+    Args:
+        dataset: the dataset root URI.
+        episodes_file: the episodes file the rows come from.
+        rows: its validated rows.
+        fps: info.json's frame rate (no warnings without one).
+    """
+    if not fps or fps <= 0:
+        return []
+    out = []
+    for row in rows:
+        for clip in row.videos:
+            expected = clip.from_timestamp + row.length / fps
+            short = expected - clip.to_timestamp
+            if short <= 0.5 / fps + _EPSILON:
+                continue
+            out.append(WarningRecord(
+                dataset, episodes_file, row.episode_index, clip.file, "clip_end_short",
+                f"{short:.6g} s ({_frames(short, fps)})",
+                f"episode {row.episode_index}: camera `{clip.key}` clip ends at {clip.to_timestamp:.6g} s, "
+                f"{short:.6g} s ({_frames(short, fps)}) before its last frame ends ({clip.from_timestamp:.6g} + "
+                f"{row.length} / {fps:g} = {expected:.6g} s); the last frame's time lies outside the clip"))
+    return out
+
+
+def start_drift_warnings(dataset: str, file: str, clips: Iterable[ClipSpan],
+                         fps: Optional[float]) -> list[WarningRecord]:
+    """A `start_drift` warning per clip of one MP4 that starts more than half a frame away from where the
+    frames of the clips before it end (clips in time order; the first should start at 0).
+
+    Args:
+        dataset: the dataset root URI.
+        file: the MP4, relative to the dataset root.
+        clips: every clip the dataset's episodes files declare in this MP4.
+        fps: info.json's frame rate (no warnings without one).
+    """
+    if not fps or fps <= 0:
+        return []
+    out = []
+    frames_before = 0
+    for clip in sorted(clips, key=lambda c: (c.from_timestamp, c.episode_index)):
+        expected = frames_before / fps
+        drift = clip.from_timestamp - expected
+        if abs(drift) > 0.5 / fps + _EPSILON:
+            out.append(WarningRecord(
+                dataset, clip.episodes_file, clip.episode_index, file, "start_drift",
+                f"{drift:+.6g} s ({_frames(drift, fps)})",
+                f"episode {clip.episode_index}: its clip starts at {clip.from_timestamp:.6g} s of {file}, but the "
+                f"{frames_before} frames before it in that file end at {expected:.6g} s: off by {drift:+.6g} s "
+                f"({_frames(drift, fps)}), so its frames are not the file's frames at from_timestamp + i / fps"))
+        frames_before += clip.length
+    return out
+
+
+def codec_family(codec: Optional[str]) -> Optional[str]:
+    """A codec name or MP4 sample-entry code as info.json names codecs (`avc1` -> `h264`)."""
+    if not codec:
+        return None
+    code = codec.strip().lower()
+    return CODEC_FAMILIES.get(code, code)
+
+
+def index_codec(index: Optional[pa.Array]) -> Optional[str]:
+    """The codec of a MediaIndex's primary video track (`h264`, `h265`, `av1`), None without an index."""
+    if index is None or len(index) == 0 or not index.is_valid()[0].as_py():
+        return None
+    value = spql_types.storage_of(index).slice(0, 1)
+    fields = dict(zip((f.name for f in value.type), value.flatten()))  # children cut to the slice
+    primary = fields["primary_track_id"][0].as_py()
+    tracks = dict(zip((f.name for f in fields["tracks"].type.value_type), fields["tracks"].flatten().flatten()))
+    # only the two small fields are turned into Python, never the sample tables
+    for track_id, codec in zip(tracks["track_id"].to_pylist(), tracks["codec"].to_pylist()):
+        if track_id == primary:
+            return codec
+    return None
+
+
+def codec_warning(dataset: str, file: str, camera: str, declared: Optional[str],
+                  actual: Optional[str]) -> Optional[WarningRecord]:
+    """A `codec_mismatch` warning when the MP4's track holds another codec than info.json declares.
+
+    Args:
+        dataset: the dataset root URI.
+        file: the MP4, relative to the dataset root.
+        camera: the video feature the MP4 belongs to.
+        declared: info.json's `video.codec` for the camera.
+        actual: the codec found in the MP4 (its sample-entry code or name), None when not known.
+    """
+    if actual is None or declared is None or codec_family(declared) == codec_family(actual):
+        return None
+    found = actual if codec_family(actual) == actual.lower() else f"{actual} ({codec_family(actual)})"
+    return WarningRecord(dataset, None, None, file, "codec_mismatch", f"declared {declared}, found {found}",
+                         f"camera `{camera}`: info.json declares video.codec {declared}, but the video track of "
+                         f"{file} is {found}; decoders should trust the file")

@@ -1,0 +1,378 @@
+"""What each episodes file's import is made from, in one digest per episodes file, so a scheduled run
+imports only the episodes files whose sources changed, removes the output of those that are gone and
+leaves the rest alone.
+
+An episodes file's output is a function of: what the import uses of `meta/info.json` (features, path
+templates, codebase version, fps; not the totals, which change whenever episodes are appended), the
+episodes file itself, every data file and MP4 its rows reference, and the options that change what an
+import writes. Each
+file is known by its size and the version storage gives it (GCS generation, local mtime, S3 ETag, ...),
+so one listing of the dataset's `meta/`, `data/` and `videos/` trees is all it takes to fingerprint
+every episodes file whose references are already known. The references themselves (which data files
+and MP4s the rows name) only change when info.json, the episodes file or the options do; a previous
+manifest records them with that `basis`, and only episodes files whose basis changed are read again.
+
+Pure: no Beam.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import dataclasses
+import hashlib
+import json
+from typing import Any, Iterable, Iterator, Mapping, Optional, Sequence
+
+import fsspec
+
+from transforms import storage
+from transforms.errors import LeRobotImportError
+from transforms.lerobot.episodes_files import EpisodeRow, read_episode_rows
+from transforms.lerobot.fingerprint import SOURCE_DIRS, VERSION_KEYS
+from transforms.lerobot.info import EPISODES_DIR, INFO_PATH, DatasetInfo, parse_info
+
+#: Listing keys that change when an object is rewritten; `created` is all the in-memory store gives.
+_VERSION_KEYS = VERSION_KEYS + ("created",)
+#: The decisions: what a run does with an episodes file.
+IMPORT, UNCHANGED, REMOVED = "import", "unchanged", "removed"
+#: Manifest statuses of an episodes file whose output is complete and current for its recorded sources.
+GOOD_STATUSES = ("imported", "unchanged")
+#: Episodes files fetched at once from an object store.
+READ_THREADS = 16
+
+
+@dataclasses.dataclass(frozen=True)
+class SourceFile:
+    """One file of the dataset as the listing shows it: size and the version storage gives."""
+
+    size: int
+    version: str
+
+    @property
+    def token(self) -> str:
+        """What changes when the file is rewritten (`size:version`)."""
+        return f"{self.size}:{self.version}"
+
+
+def version_of(detail: Mapping[str, Any]) -> str:
+    """The first rewrite-sensitive key of a listing entry (`generation=...`, `mtime=...`), plus a local
+    symlink's target, or "" when storage gives none (then only the size is compared)."""
+    version = next((f"{k}={detail[k]}" for k in _VERSION_KEYS if detail.get(k) is not None), "")
+    if detail.get("islink") and detail.get("destination"):
+        version += f";->{detail['destination']}"
+    return version
+
+
+@dataclasses.dataclass(frozen=True)
+class SourceListing:
+    """Every file under a dataset's `meta/`, `data/` and `videos/`, by path relative to the root.
+
+    A referenced file the listing does not show (a folder reached through a local symlink is not
+    walked) is asked of storage once, so it is either found or known to be missing."""
+
+    root: str
+    files: Mapping[str, SourceFile]
+    _extra: dict = dataclasses.field(default_factory=dict, compare=False, repr=False)
+
+    def get(self, rel: str) -> Optional[SourceFile]:
+        """The file at `rel`, or None when it does not exist."""
+        found = self.files.get(rel)
+        if found is not None:
+            return found
+        if rel not in self._extra:
+            self._extra[rel] = _stat(self.root, rel)
+        return self._extra[rel]
+
+    def token(self, rel: str) -> str:
+        found = self.get(rel)
+        return found.token if found is not None else "missing"
+
+    def size(self, rel: str) -> int:
+        found = self.get(rel)
+        return found.size if found is not None else 0
+
+    def episodes_files(self) -> tuple[str, ...]:
+        """`meta/episodes/<chunk>/<name>.parquet`, sorted: the episodes files an import lists."""
+        prefix = EPISODES_DIR + "/"
+        return tuple(sorted(p for p in self.files if p.startswith(prefix) and p.endswith(".parquet")
+                            and p[len(prefix):].count("/") == 1))
+
+
+def _stat(root: str, rel: str) -> Optional[SourceFile]:
+    fs, path = storage.filesystem(storage.join(root, rel))
+    try:
+        detail = storage.with_retries(lambda: fs.info(path))
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+    if detail.get("type") == "directory":
+        return None
+    return SourceFile(int(detail.get("size") or 0), version_of(detail))
+
+
+def list_sources(root: str) -> SourceListing:
+    """One listing of the dataset's source trees (a missing tree is simply empty).
+
+    Args:
+        root: the dataset root, a local path or fsspec URL.
+    Returns:
+        The listing, paths relative to the root.
+    """
+    fs, base = storage.filesystem(root)
+    base = base.rstrip("/")
+    files: dict[str, SourceFile] = {}
+    for folder in SOURCE_DIRS:
+        try:
+            found = storage.with_retries(lambda: fs.find(f"{base}/{folder}", detail=True))
+        except (FileNotFoundError, NotADirectoryError):
+            continue
+        for path, detail in found.items():
+            if detail.get("type") == "directory" or not path.startswith(base + "/"):
+                continue
+            files[path[len(base) + 1:]] = SourceFile(int(detail.get("size") or 0), version_of(detail))
+    return SourceListing(storage.normalize_root(root), files)
+
+
+@dataclasses.dataclass(frozen=True)
+class EpisodesFileSources:
+    """Everything one episodes file's import is made from, digested.
+
+    `digest` changes when any source changes: info.json's content, the episodes file, a referenced data
+    file or MP4 (size or version, or it appearing or disappearing), or an output option. `basis` is
+    the digest of what the references were read from (info.json, the episodes file, the options): while
+    it holds, `data_files` and `video_files` are still the files the rows name."""
+
+    episodes_file: str
+    digest: str
+    data_files: tuple[str, ...]
+    video_files: tuple[str, ...]
+    data_bytes: int  # sizes of the distinct data files referenced (a missing one counts 0)
+    basis: str = ""
+    problem: Optional[str] = None  # why the rows could not be read: the import will fail and say so
+    rows: Optional[tuple[EpisodeRow, ...]] = dataclasses.field(default=None, compare=False, repr=False)
+
+    def to_manifest(self) -> dict[str, Any]:
+        """What the manifest records for this episodes file, so the next run can decide without reading it."""
+        return {"source_digest": self.digest, "source_basis": self.basis,
+                "source_data_files": list(self.data_files), "source_video_files": list(self.video_files)}
+
+
+def basis_digest(listing: SourceListing, info: Optional[str], episodes_file: str,
+                 options: Mapping[str, Any]) -> str:
+    """The digest of what an episodes file's references are read from: the options, `info_digest` (None
+    when there is no info.json) and the episodes file's own size and version."""
+    lines = [f"options\t{json.dumps(dict(options), sort_keys=True)}", f"info\t{info or 'missing'}",
+             f"episodes\t{episodes_file}\t{listing.token(episodes_file)}"]
+    return _sha256(lines)
+
+
+def episodes_file_sources(listing: SourceListing, episodes_file: str, basis: str, data_files: Iterable[str],
+                          video_files: Iterable[str], *, problem: Optional[str] = None,
+                          rows: Optional[Sequence[EpisodeRow]] = None) -> EpisodesFileSources:
+    """Digest an episodes file's sources from its basis and the current listing of its references."""
+    data, videos = tuple(sorted(set(data_files))), tuple(sorted(set(video_files)))
+    lines = [f"basis\t{basis}"]
+    lines += [f"data\t{rel}\t{listing.token(rel)}" for rel in data]
+    lines += [f"video\t{rel}\t{listing.token(rel)}" for rel in videos]
+    return EpisodesFileSources(episodes_file=episodes_file, digest=_sha256(lines), data_files=data,
+                               video_files=videos, data_bytes=sum(listing.size(rel) for rel in data), basis=basis,
+                               problem=problem, rows=tuple(rows) if rows is not None else None)
+
+
+def references(rows: Sequence[EpisodeRow]) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """(data files, MP4s) the rows name, each sorted and distinct."""
+    return (tuple(sorted({r.data_file for r in rows})),
+            tuple(sorted({v.file for r in rows for v in r.videos})))
+
+
+@dataclasses.dataclass(frozen=True)
+class DatasetSources:
+    """A dataset's source listing and the sources of each of its episodes files, in path order."""
+
+    root: str
+    listing: SourceListing
+    info: Optional[DatasetInfo]
+    info_problem: Optional[str]
+    files: tuple[EpisodesFileSources, ...]
+
+    def by_file(self) -> dict[str, EpisodesFileSources]:
+        return {f.episodes_file: f for f in self.files}
+
+
+#: The info.json keys an import's output depends on. The others (`total_episodes`, `total_frames`,
+#: `splits`, ...) change whenever episodes are appended, and must not make every episodes file stale.
+INFO_KEYS = ("codebase_version", "fps", "features", "data_path", "video_path")
+
+
+def info_digest(raw: bytes) -> str:
+    """The digest of what an import uses of info.json: its `INFO_KEYS`, or the whole file when it is not
+    a JSON object (then it fails to import, and any edit may fix it)."""
+    try:
+        doc = json.loads(raw)
+    except (UnicodeDecodeError, json.JSONDecodeError):
+        doc = None
+    if not isinstance(doc, dict):
+        return hashlib.sha256(raw).hexdigest()
+    used = {k: doc.get(k) for k in INFO_KEYS}
+    return hashlib.sha256(json.dumps(used, sort_keys=True, default=str).encode()).hexdigest()
+
+
+def load_info(root: str, *, skip_videos: bool) -> tuple[Optional[DatasetInfo], Optional[str], Optional[str]]:
+    """(info, `info_digest`, problem): info.json parsed as the import parses it, or why it cannot be."""
+    raw = storage.optional_read(storage.join(root, INFO_PATH))
+    if raw is None:
+        return None, None, f"{INFO_PATH} does not exist under {root}: is this the root of a LeRobot v3 dataset?"
+    digest = info_digest(raw)
+    try:
+        info = parse_info(raw)
+    except LeRobotImportError as ex:
+        return None, digest, str(ex)
+    return (info.without_videos() if skip_videos else info), digest, None
+
+
+def scan_dataset(root: str, options: Mapping[str, Any], *, previous_manifest: Optional[Mapping] = None,
+                 listing: Optional[SourceListing] = None) -> DatasetSources:
+    """The sources of every episodes file of a dataset.
+
+    Episodes files whose basis the previous manifest recorded unchanged are not read: their references
+    are taken from the manifest. The others are read (several at once on an object store).
+
+    Args:
+        root: the dataset root.
+        options: the output options of the run (`ImportConfig.output_options()`); `skip_videos` among
+            them decides whether MP4s are sources.
+        previous_manifest: the manifest of the output's last import, if any.
+        listing: a listing already made of the root.
+    Returns:
+        The dataset's sources; `rows` is set on every episodes file that was read.
+    """
+    root = storage.normalize_root(root)
+    listing = listing or list_sources(root)
+    info, used_info, info_problem = load_info(root, skip_videos=bool(options.get("skip_videos")))
+    recorded = (previous_manifest or {}).get("episodes_files") or {}
+    out: dict[str, EpisodesFileSources] = {}
+    to_read: list[tuple[str, str]] = []
+    for rel in listing.episodes_files():
+        basis = basis_digest(listing, used_info, rel, options)
+        previous = recorded.get(rel) or {}
+        if info_problem is not None:
+            out[rel] = episodes_file_sources(listing, rel, basis, (), (), problem=info_problem)
+        elif previous.get("source_basis") == basis and isinstance(previous.get("source_data_files"), list):
+            out[rel] = episodes_file_sources(listing, rel, basis, previous["source_data_files"],
+                                             previous.get("source_video_files") or ())
+        else:
+            to_read.append((rel, basis))
+    for rel, basis, raw in _read_episodes_files(root, to_read):
+        out[rel] = _sources_from_bytes(listing, info, rel, basis, raw)
+    return DatasetSources(root, listing, info, info_problem, tuple(out[rel] for rel in sorted(out)))
+
+
+def _sources_from_bytes(listing: SourceListing, info: DatasetInfo, rel: str, basis: str,
+                        raw: bytes | Exception) -> EpisodesFileSources:
+    if isinstance(raw, Exception):
+        return episodes_file_sources(listing, rel, basis, (), (), problem=str(raw))
+    try:
+        rows = read_episode_rows(raw, info, file=rel)
+    except LeRobotImportError as ex:
+        return episodes_file_sources(listing, rel, basis, (), (), problem=str(ex))
+    data, videos = references(rows)
+    return episodes_file_sources(listing, rel, basis, data, videos, rows=rows)
+
+
+def _read_episodes_files(root: str, items: Sequence[tuple[str, str]]) -> Iterator[tuple[str, str, bytes | Exception]]:
+    """(rel, basis, bytes or the exception) per episodes file, in order. On an object store the files
+    are fetched by several threads at once. Each path is read literally (never expanded as a pattern:
+    a name may hold `*`), and a local file resolving outside the root is refused, as the import does."""
+
+    def read(item: tuple[str, str]) -> tuple[str, str, bytes | Exception]:
+        rel, basis = item
+        try:
+            return rel, basis, storage.read_bytes(storage.dataset_file(root, rel), what="episodes file", file=rel)
+        except LeRobotImportError as ex:
+            return rel, basis, ex
+
+    fs, _ = storage.filesystem(root)
+    if _is_local(fs) or len(items) < 2:
+        yield from map(read, items)
+        return
+    with concurrent.futures.ThreadPoolExecutor(max_workers=READ_THREADS) as pool:
+        yield from pool.map(read, items)
+
+
+def _is_local(fs: fsspec.AbstractFileSystem) -> bool:
+    protocol = fs.protocol if isinstance(fs.protocol, str) else fs.protocol[0]
+    return protocol in ("file", "local", "memory")
+
+
+@dataclasses.dataclass(frozen=True)
+class EpisodesFileDecision:
+    """What a run does with one episodes file, and why."""
+
+    episodes_file: str
+    action: str  # IMPORT | UNCHANGED | REMOVED
+    reason: str  # new | sources changed | failed last run | no recorded sources | forced | unchanged | gone
+    sources: Optional[EpisodesFileSources]  # None for a removed file
+    previous: Optional[Mapping[str, Any]] = dataclasses.field(default=None, compare=False, repr=False)
+
+
+def decide(current: Sequence[EpisodesFileSources], previous_manifest: Optional[Mapping], *,
+           force: bool = False) -> tuple[EpisodesFileDecision, ...]:
+    """Per episodes file: import it, leave it (same sources, last import good), or remove its output.
+
+    A file whose last import failed is imported again even when its sources did not change: the
+    failure may have been transient, or its cause outside the sources (a storage outage).
+
+    Args:
+        current: the sources of the dataset's episodes files now.
+        previous_manifest: the output's manifest (its `episodes_files` entries with `status` and
+            `source_digest`), or None for a first import.
+        force: import every episodes file.
+    Returns:
+        One decision per episodes file, current or previously imported, sorted by path.
+    """
+    recorded = (previous_manifest or {}).get("episodes_files") or {}
+    decisions = []
+    for src in current:
+        prev = recorded.get(src.episodes_file)
+        decisions.append(EpisodesFileDecision(src.episodes_file, *_action(src, prev, force), src, prev))
+    present = {src.episodes_file for src in current}
+    for rel, prev in recorded.items():
+        if rel not in present and (prev or {}).get("status") != "removed":
+            decisions.append(EpisodesFileDecision(rel, REMOVED, "gone", None, prev))
+    return tuple(sorted(decisions, key=lambda d: d.episodes_file))
+
+
+def _action(src: EpisodesFileSources, prev: Optional[Mapping], force: bool) -> tuple[str, str]:
+    if prev is None or prev.get("status") == "removed":
+        return IMPORT, "new"
+    if force:
+        return IMPORT, "forced"
+    if not prev.get("source_digest"):
+        return IMPORT, "no recorded sources"
+    if prev["source_digest"] != src.digest:
+        return IMPORT, "sources changed"
+    if prev.get("status") not in GOOD_STATUSES:
+        return IMPORT, "failed last run"
+    return UNCHANGED, "unchanged"
+
+
+def video_versions(listing: SourceListing, files: Iterable[str]) -> dict[str, str]:
+    """MP4 path -> token now. A run records it in the manifest (`video_versions`), so the next run knows
+    which MP4s changed."""
+    return {rel: listing.token(rel) for rel in sorted(set(files))}
+
+
+def changed_video_files(listing: SourceListing, files: Iterable[str],
+                        previous: Optional[Mapping[str, str]]) -> tuple[str, ...]:
+    """The MP4s among `files` whose MediaIndex must be read again: new, rewritten, or not recorded.
+
+    Args:
+        listing: the dataset listing now.
+        files: the MP4s the episodes files to import reference.
+        previous: MP4 path -> token as the last run recorded it (the manifest's `video_versions`), or None.
+    """
+    previous = previous or {}
+    return tuple(rel for rel, token in video_versions(listing, files).items() if previous.get(rel) != token)
+
+
+def _sha256(lines: Sequence[str]) -> str:
+    return hashlib.sha256("\n".join(lines).encode()).hexdigest()

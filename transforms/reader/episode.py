@@ -1,0 +1,277 @@
+"""One logical episode read back: frame fields as numpy, cameras as seekable `VideoHandle`s."""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+import io
+import threading
+from typing import Any, Callable, Optional
+
+import numpy as np
+import pyarrow as pa
+
+from transforms.episode import spql_types
+from transforms.mp4 import ranges
+from transforms.reader.confine import confined
+from transforms.reader.seek import DEFAULT_TOLERANCE, ReaderError, TrackTables, VideoHandle
+
+__all__ = ["Episode", "VideoAccess", "track_tables"]
+
+
+@dataclasses.dataclass(frozen=True)
+class VideoAccess:
+    """How an episode's cameras are read.
+
+    Attributes:
+        tolerance: the largest distance (s) between a requested time and the frame returned.
+        allowed_roots: video files are read only inside these roots; None reads any file (an Episode
+            built from a record the caller trusts).
+        skip_videos: the import ran with `--skip-videos` (no camera was imported), for messages.
+        open_file: opens a video file for range reads (default: `ranges.open_uri`); not pickled.
+        cache_key: names the output the episode comes from (its root and run): each file's TrackTables
+            are built once per process and output; empty, they are built at each `video()` call.
+    """
+
+    tolerance: float = DEFAULT_TOLERANCE
+    allowed_roots: Optional[tuple[str, ...]] = None
+    skip_videos: bool = False
+    open_file: Optional[Callable[[str], ranges.RangeReader]] = None
+    cache_key: str = ""
+
+
+class _LRU:
+    """A small thread-safe LRU map (workers read episodes from several threads)."""
+
+    def __init__(self, max_items: int) -> None:
+        self._max = max_items
+        self._items: collections.OrderedDict = collections.OrderedDict()
+        self._lock = threading.Lock()
+
+    def get(self, key):
+        with self._lock:
+            if key in self._items:
+                self._items.move_to_end(key)
+                return self._items[key]
+        return None
+
+    def put(self, key, value) -> None:
+        with self._lock:
+            self._items[key] = value
+            self._items.move_to_end(key)
+            while len(self._items) > self._max:
+                self._items.popitem(last=False)
+
+
+#: TrackTables by (output, uri): derived once per file per process, shared by the output's episodes.
+_TRACKS = _LRU(64)
+
+
+def track_tables(uri: str, index: pa.Array, cache_key: str = "") -> TrackTables:
+    """The primary track's tables of `uri`'s MediaIndex, built once per process, output and file.
+
+    Args:
+        uri: the video file.
+        index: its MediaIndex (length 1).
+        cache_key: the output the index comes from; empty: not cached (the index could be anything).
+    Raises:
+        ReaderError: the index is not valid (naming the file).
+    """
+    key = (cache_key, uri, index.nbytes)
+    found = _TRACKS.get(key) if cache_key else None
+    if found is None:
+        try:
+            found = TrackTables.from_media_index(index)
+        except ReaderError as ex:
+            raise ReaderError(f"the MediaIndex of {uri} cannot be used: {ex}") from None
+        if cache_key:
+            _TRACKS.put(key, found)
+    return found
+
+
+def _ns(arr: pa.Array) -> int:
+    return int(spql_types.storage_of(arr).cast(pa.int64())[0].as_py())
+
+
+def _numpy(col: pa.Array, shape: tuple[int, ...]) -> np.ndarray:
+    """(frames, *shape) values; zero-copy when there are no nulls; a masked array when there are."""
+    n = len(col)
+    if col.null_count == 0:
+        values = col.flatten() if shape else col
+        try:
+            return values.to_numpy(zero_copy_only=True).reshape((n, *shape))
+        except pa.ArrowInvalid:  # bool, or null items inside a tensor
+            return np.asarray(values.to_numpy(zero_copy_only=False)).reshape((n, *shape))
+    rows = col.to_pylist()
+    fill = next((r for r in rows if r is not None), None)
+    dense = np.array([r if r is not None else fill for r in rows]).reshape((n, *shape)) if fill is not None else \
+        np.zeros((n, *shape))
+    mask = np.broadcast_to(np.array([r is None for r in rows]).reshape((n,) + (1,) * len(shape)), dense.shape)
+    return np.ma.MaskedArray(dense, mask=mask)
+
+
+class Episode:
+    """One logical episode (one row of the episode type, its clips' MediaIndex filled in).
+
+    Frame fields come as numpy arrays of `(frames, *shape)` (`episode["observation.state"]`), straight
+    from the Arrow buffers; cameras as `VideoHandle`s (`episode.video("observation.images.front")`).
+    Pickles as its Arrow record (IPC), so it travels through Beam.
+
+    Args:
+        record: a one-row table of the episode type.
+        access: how its cameras are read (default: any file, default tolerance).
+    """
+
+    def __init__(self, record: pa.Table, *, access: Optional[VideoAccess] = None) -> None:
+        if record.num_rows != 1:
+            raise ReaderError(f"an Episode is one row, got {record.num_rows}")
+        self._record = record
+        self.access = access or VideoAccess()
+        self._frames: Optional[pa.StructArray] = None
+
+    @property
+    def tolerance(self) -> float:
+        return self.access.tolerance
+
+    # -- record --------------------------------------------------------------------------------
+
+    def to_arrow(self) -> pa.Table:
+        """The logical episode record: a one-row table of the episode type, index filled in."""
+        return self._record
+
+    @property
+    def episode_index(self) -> int:
+        return int(self._record.column("episode_index")[0].as_py())
+
+    @property
+    def length(self) -> int:
+        return int(self._record.column("length")[0].as_py())
+
+    @property
+    def tasks(self) -> list[str]:
+        return list(self._record.column("tasks")[0].as_py())
+
+    # -- frames --------------------------------------------------------------------------------
+
+    def frames(self) -> pa.StructArray:
+        """The frames as an Arrow struct array (zero-copy slice of the record)."""
+        if self._frames is None:
+            col = self._record.column("frames")
+            self._frames = (col.chunk(0) if col.num_chunks == 1 else col.combine_chunks()).flatten()
+        return self._frames
+
+    @property
+    def features(self) -> list[str]:
+        return [f.name for f in self._record.schema.field("frames").type.value_type]
+
+    def column(self, name: str) -> pa.Array:
+        """A frame field as Arrow.
+
+        Raises:
+            ReaderError: the episode has no such field.
+        """
+        if name not in self.features:
+            raise ReaderError(f"episode {self.episode_index} has no frame field {name!r} "
+                              f"(fields: {', '.join(self.features)})")
+        return self.frames().field(name)
+
+    def __getitem__(self, name: str):
+        """A frame field: numeric/bool tensors and scalars as numpy `(frames, *shape)` (scalars
+        `(frames,)`), strings as an object array, images as a list of encoded bytes (None for a null
+        image), other fields (language annotations) as Python lists."""
+        col = self.column(name)
+        t = col.type
+        if isinstance(t, pa.FixedShapeTensorType):
+            return _numpy(col.storage, tuple(t.shape))
+        if pa.types.is_integer(t) or pa.types.is_floating(t) or pa.types.is_boolean(t):
+            return _numpy(col, ())
+        if pa.types.is_string(t) or pa.types.is_large_string(t):
+            return np.array(col.to_pylist(), dtype=object)
+        if isinstance(t, pa.ExtensionType) and t.extension_name == "spql.EncodedImage":
+            return col.storage.field("source").storage.field("bytes").to_pylist()
+        return col.to_pylist()
+
+    def arrays(self) -> dict[str, Any]:
+        """Every frame field, as `__getitem__` gives it."""
+        return {name: self[name] for name in self.features}
+
+    # -- cameras -------------------------------------------------------------------------------
+
+    @property
+    def cameras(self) -> list[str]:
+        if "videos" not in self._record.column_names:
+            return []
+        return [f.name for f in self._record.schema.field("videos").type]
+
+    def video(self, camera: str, *, tolerance: Optional[float] = None) -> VideoHandle:
+        """A seekable handle on `camera`'s clip.
+
+        Args:
+            camera: the video feature's name.
+            tolerance: overrides the reader's tolerance (seconds) for this handle.
+        Returns:
+            The handle; its times are episode times in seconds (the `timestamp` field's clock).
+        Raises:
+            ReaderError: no such camera (saying why when the import skipped the videos), no clip or
+            MediaIndex, or a video file outside the roots the reader may read.
+        """
+        entry, uri = self._camera_entry(camera)
+        clip = spql_types.storage_of(entry.field("clip"))
+        index = spql_types.storage_of(clip.field("media")).field("index")
+        if not index.is_valid()[0].as_py():
+            raise ReaderError(f"episode {self.episode_index} camera {camera}: {uri} has no MediaIndex "
+                              "(its codec is not indexed, or media_index/ lacks it)")
+        self._check_allowed(camera, uri)
+        opener = self.access.open_file or ranges.open_uri
+        track = track_tables(uri, index, self.access.cache_key)
+        return VideoHandle(uri=uri, clip_start_ns=_ns(clip.field("start")), clip_end_ns=_ns(clip.field("end")),
+                           time_origin_ns=_ns(entry.field("time_origin")), track=track,
+                           source=_open(opener, uri), frame_count=self.length,
+                           tolerance=self.tolerance if tolerance is None else tolerance)
+
+    def _camera_entry(self, camera: str) -> tuple[pa.StructArray, str]:
+        """(the camera's `videos` entry, its clip's file URI)."""
+        if camera not in self.cameras:
+            why = (": the import ran with --skip-videos, so no camera was imported (import again without it to "
+                   "read frames)") if self.access.skip_videos else f" (cameras: {', '.join(self.cameras) or 'none'})"
+            raise ReaderError(f"episode {self.episode_index} has no camera {camera!r}{why}")
+        entry = self._record.column("videos").combine_chunks().field(camera)
+        clip = entry.field("clip")
+        if not clip.is_valid()[0].as_py():
+            raise ReaderError(f"episode {self.episode_index} camera {camera} has no clip")
+        media = spql_types.storage_of(spql_types.storage_of(clip).field("media"))
+        uri = spql_types.storage_of(media.field("source")).field("uri")[0].as_py()
+        if not isinstance(uri, str) or not uri:
+            raise ReaderError(f"episode {self.episode_index} camera {camera}: its clip names no video file")
+        return entry, uri
+
+    def _check_allowed(self, camera: str, uri: str) -> None:
+        roots = self.access.allowed_roots
+        if roots is not None and not confined(uri, roots):
+            raise ReaderError(f"episode {self.episode_index} camera {camera}: its video file {uri:.500} is not inside "
+                              f"the roots this reader reads ({', '.join(roots)}); an import's clips point into its "
+                              "dataset, so the output was edited or the dataset moved. Pass "
+                              "ImportReader(..., allowed_roots=[...]) to read from another root")
+
+    # -- pickling ------------------------------------------------------------------------------
+
+    def __reduce__(self):
+        sink = io.BytesIO()
+        with pa.ipc.new_stream(sink, self._record.schema) as w:
+            w.write_table(self._record)
+        return _episode_from_ipc, (sink.getvalue(), dataclasses.replace(self.access, open_file=None))
+
+    def __repr__(self) -> str:
+        return (f"Episode(episode_index={self.episode_index}, length={self.length}, tasks={self.tasks!r}, "
+                f"cameras={self.cameras!r})")
+
+
+def _open(opener: Callable[[str], ranges.RangeReader], uri: str) -> ranges.RangeReader:
+    try:
+        return opener(uri)
+    except Exception as ex:  # noqa: BLE001 - an unknown filesystem, a missing driver
+        raise ReaderError(f"cannot open video file {uri}: {getattr(ex, 'message', ex)}") from None
+
+
+def _episode_from_ipc(data: bytes, access: VideoAccess) -> Episode:
+    return Episode(pa.ipc.open_stream(data).read_all(), access=access)

@@ -1,0 +1,34 @@
+"""The safety net every import step wears, and the run's counters.
+
+Every expected failure is a rule already (a `LeRobotImportError`, turned into a record by the step
+that met it). An unexpected exception (a bug, or a library failing in a way no rule foresaw) would
+stop the whole run; instead each step runs its DoFn under Beam's exception handling and turns the
+element it could not process into the same kind of record, with rule `internal`, so the run goes on
+and the dataset still gets its errors.jsonl and manifest. (Beam's DirectRunner runs pipelines that
+use this guard on the FnApiRunner, never on Prism.)
+"""
+
+from __future__ import annotations
+
+import apache_beam as beam
+from apache_beam.metrics import Metrics
+from apache_beam.typehints import Any
+
+#: The namespace of the import's Beam counters (episodes, frames, bytes read, errors, ...).
+NAMESPACE = "lerobot_import"
+#: The output that holds (element, exc_info) for each element whose processing raised.
+BAD = "bad"
+
+
+def counter(name: str):
+    """A counter of the import's namespace; DoFns create theirs once, in `setup`."""
+    return Metrics.counter(NAMESPACE, name)
+
+
+def guarded(dofn: beam.DoFn, *tags: str, main: str):
+    """ParDo(dofn) with its main output `main`, its tagged outputs `tags`, and `bad`.
+
+    The output types are declared (as Any: the elements are pickled records either way) so Beam knows
+    every tag the DoFn yields."""
+    pardo = beam.ParDo(dofn).with_output_types(Any, **{tag: Any for tag in tags})
+    return pardo.with_outputs(*tags, main=main).with_exception_handling(dead_letter_tag=BAD)

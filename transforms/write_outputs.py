@@ -1,0 +1,367 @@
+"""The import's writing steps: parts, their commit per episodes file, and each dataset's errors.jsonl
+and manifest.json.
+
+    (part key, PartInputs: header, MP4 facts, failures) ─► WriteParts ─► a temporary part, or why not
+    (episodes file, FileInputs: part results, duplicates) ─► CommitEpisodesFiles ─► all parts or none
+    (dataset, DatasetReport: outcomes, failures, warnings, media_index parts, ...) ─► FinishDatasets
+
+What is written and where is the episode record's (`transforms.episode.output`, `.paths`); these
+steps decide when, and turn every failure, expected or not, into a record.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections import OrderedDict
+from typing import Iterable, Iterator, Optional
+
+import apache_beam as beam
+
+from transforms import storage
+from transforms.episode import output as sink
+from transforms.episode import frames as frames_lib
+from transforms.episode import paths
+from transforms.episode.media_index_table import stale_media_index_parts
+from transforms.episode.outcomes import PartResult, failed_file
+from transforms.errors import FailureRecord, LeRobotImportError
+from transforms.lerobot import data_files
+from transforms.lerobot.info import INFO_PATH, DatasetInfo
+from transforms.messages import (DatasetReport, FileInputs, ImportConfig, PartHeader, PartInputs, VideoFailure,
+                                 error_record, internal_record, load_info)
+from transforms.safety_net import counter, guarded
+
+_LOG = logging.getLogger(__name__)
+
+
+# ---- WriteParts --------------------------------------------------------------------------------
+
+
+class WriteParts(beam.PTransform):
+    """Write each part under a temporary name: its episodes' frames, typed, with their clips.
+
+    The frames are read here, from only the row groups the part's episodes need; a worker keeps its
+    last few data files open, so parts sharing a data file read its footer and `index` once. Frames
+    never cross a shuffle: only plans, paths and MP4 facts do.
+
+    Args:
+        config: the run's configuration.
+
+    Input: (part key, PartInputs), the part key being (root, episodes file, part): its header, the
+    facts of the MP4s it uses, failures (an MP4 it needs is unusable). Returns: ((root, episodes
+    file), FileInputs) holding each part's PartResult.
+    """
+
+    def __init__(self, config: ImportConfig) -> None:
+        super().__init__()
+        self._config = config
+
+    def expand(self, inputs):
+        written = (inputs
+                   | "GroupByPart" >> beam.GroupByKey()
+                   | "Write" >> guarded(_WritePart(self._config), main="results"))
+        bugs = written.bad | "PartBugs" >> beam.Map(_part_bug)
+        return (written.results, bugs) | "PartResults" >> beam.Flatten()
+
+
+class _WritePart(beam.DoFn):
+    MAX_OPEN_FILES = 4
+
+    def __init__(self, config: ImportConfig) -> None:
+        self._config = config
+
+    def setup(self) -> None:
+        self._readers: OrderedDict[tuple[str, str], data_files.DataFileReader] = OrderedDict()
+        self._reads = storage.ReadCounter()
+        names = ("data_bytes_read", "data_read_requests", "episodes", "frames", "parts_written", "output_bytes")
+        self._counters = {name: counter(name) for name in names}
+
+    def teardown(self) -> None:
+        for reader in self._readers.values():
+            reader.close()
+        self._readers.clear()
+
+    def _reader(self, root: str, rel: str, info: DatasetInfo) -> data_files.DataFileReader:
+        key = (root, rel)
+        if key in self._readers:
+            self._readers.move_to_end(key)
+        else:
+            self._readers[key] = data_files.DataFileReader(root, rel, info, self._reads)
+            while len(self._readers) > self.MAX_OPEN_FILES:
+                self._readers.popitem(last=False)[1].close()
+        return self._readers[key]
+
+    def process(self, element: tuple[tuple, Iterable[PartInputs]]) -> Iterator[tuple[tuple[str, str], FileInputs]]:
+        (root, rel, part), messages = element
+        inputs = PartInputs.merge(messages)
+        header = _header(inputs, part, rel)
+        if inputs.failures:
+            yield (root, rel), _failed_part(header, inputs.failures)
+            return
+        info = load_info(root, skip_videos=self._config.skip_videos)
+        frames, errors = self._read_frames(root, info, header.rows)
+        if not errors:
+            try:
+                table = sink.part_table(info, header.rows, [frames[r.position] for r in header.rows],
+                                        {v.file: v.video for v in inputs.videos},
+                                        inline_index=self._config.inline_index)
+            except LeRobotImportError as ex:  # a clip time that does not fit, found while typing the clips
+                errors = [ex.with_context(file=rel)]
+        if errors:
+            yield (root, rel), _failed_part(header, [error_record(e, dataset=root, episodes_file=rel) for e in errors])
+            return
+        yield (root, rel), self._write(header, table, sum(len(f) for f in frames.values()))
+
+    def _read_frames(self, root: str, info: DatasetInfo, rows) -> tuple[dict, list[LeRobotImportError]]:
+        """Each episode's typed frames by row position, and the errors met instead."""
+        before = (self._reads.bytes_read, self._reads.requests)
+        frames, errors = {}, []
+        for data_file, episodes in _by_data_file(rows).items():
+            for batch in self._reader(root, data_file, info).read([(r.position, r) for r in episodes]):
+                for position, _, result in frames_lib.typed_frames(batch, info):
+                    if isinstance(result, LeRobotImportError):
+                        errors.append(result)
+                    else:
+                        frames[position] = result
+        self._counters["data_bytes_read"].inc(self._reads.bytes_read - before[0])
+        self._counters["data_read_requests"].inc(self._reads.requests - before[1])
+        return frames, errors
+
+    def _write(self, header: PartHeader, table, n_frames: int) -> FileInputs:
+        data = sink.parquet_bytes(table)
+        final = storage.join(self._config.output_of(header.dataset),
+                             paths.output_part_path(header.episodes_file, header.plan.part, header.num_parts))
+        tmp = storage.write_tmp(final, lambda f: f.write(data))
+        self._counters["episodes"].inc(len(header.rows))
+        self._counters["frames"].inc(n_frames)
+        self._counters["parts_written"].inc()
+        self._counters["output_bytes"].inc(len(data))
+        return _part_result(header, tmp_uri=tmp, frames=n_frames, bytes=len(data), sha256=sink.sha256_hex(data))
+
+
+def _header(inputs: PartInputs, part: int, rel: str) -> PartHeader:
+    if len(inputs.headers) != 1:
+        raise AssertionError(f"part {part} of {rel} has {len(inputs.headers)} plans, not one")
+    return inputs.headers[0]
+
+
+def _by_data_file(rows) -> dict[str, list]:
+    out: dict[str, list] = {}
+    for row in rows:
+        out.setdefault(row.data_file, []).append(row)
+    return out
+
+
+def _part_result(header: PartHeader, **written) -> FileInputs:
+    return FileInputs(results=(PartResult(
+        dataset=header.dataset, episodes_file=header.episodes_file, part=header.plan.part,
+        num_parts=header.num_parts, episode_indices=tuple(r.episode_index for r in header.rows),
+        data_bytes=header.plan.data_bytes, oversized=header.plan.oversized, **written),))
+
+
+def _failed_part(header: PartHeader, failures: Iterable[FailureRecord]) -> FileInputs:
+    return _part_result(header, failures=tuple(sorted(set(failures), key=FailureRecord.sort_key)))
+
+
+def _part_bug(bad) -> tuple[tuple[str, str], FileInputs]:
+    ((root, rel, part), messages), exc_info = bad
+    _LOG.error("writing part %d of %s of %s failed unexpectedly: %s", part, rel, root, exc_info[1])
+    bug = internal_record(exc_info, dataset=root, episodes_file=rel)
+    headers = PartInputs.merge(messages).headers
+    if headers:
+        return (root, rel), _failed_part(headers[0], [bug])
+    return (root, rel), FileInputs(results=(PartResult(root, rel, part, 1, (), failures=(bug,)),))
+
+
+# ---- CommitEpisodesFiles -----------------------------------------------------------------------
+
+
+class CommitEpisodesFiles(beam.PTransform):
+    """Move every part of an episodes file into place, or none: a file with any failure (a part's, or
+    a duplicated episode) leaves no part, and errors.jsonl accounts for each of its episodes.
+
+    Args:
+        config: the run's configuration.
+
+    Input: ((root, episodes file), FileInputs): its parts' results, and duplicated episodes.
+    Returns: (root, DatasetReport) holding each episodes file's FileOutcome.
+    """
+
+    def __init__(self, config: ImportConfig) -> None:
+        super().__init__()
+        self._config = config
+
+    def expand(self, inputs):
+        committed = (inputs
+                     | "GroupByEpisodesFile" >> beam.GroupByKey()
+                     | "Commit" >> guarded(_CommitEpisodesFile(self._config), main="outcomes"))
+        bugs = committed.bad | "CommitBugs" >> beam.Map(_commit_bug, self._config)
+        return (committed.outcomes, bugs) | "FileOutcomes" >> beam.Flatten()
+
+
+class _CommitEpisodesFile(beam.DoFn):
+    def __init__(self, config: ImportConfig) -> None:
+        self._config = config
+
+    def process(self, element: tuple[tuple[str, str], Iterable[FileInputs]]) -> Iterator[tuple[str, DatasetReport]]:
+        (root, rel), messages = element
+        inputs = FileInputs.merge(messages)
+        outcome = sink.commit_episodes_file(self._config.output_of(root), root, rel, inputs.results,
+                                            inputs.duplicates)
+        if outcome.status == "failed":
+            primary = [f for f in outcome.failures if f.rule != "file_failed"] or list(outcome.failures)
+            _LOG.warning("episodes file %s of %s failed: %s", rel, root, primary[0].message)
+        else:
+            _LOG.info("episodes file %s of %s imported: %d episodes, %d frames, %d parts", rel, root,
+                      outcome.episodes, outcome.frames, len(outcome.parts))
+        yield root, DatasetReport(outcomes=(outcome,))
+
+
+def _commit_bug(bad, config: ImportConfig) -> tuple[str, DatasetReport]:
+    """A commit that raised: remove what it may have left, and fail the file with rule `internal`."""
+    ((root, rel), messages), exc_info = bad
+    _LOG.error("committing %s of %s failed unexpectedly: %s", rel, root, exc_info[1])
+    results = FileInputs.merge(messages).results
+    try:
+        sink.discard_episodes_file(config.output_of(root), rel, results)
+    except Exception as ex:  # the net must not tear: the failure below says what happened
+        _LOG.error("cleaning up %s of %s failed too: %s", rel, root, ex)
+    episodes = tuple(ep for r in results for ep in r.episode_indices)
+    bug = internal_record(exc_info, dataset=root, episodes_file=rel)
+    return root, DatasetReport(outcomes=(failed_file(root, rel, episodes, [bug]),))
+
+
+# ---- FinishDatasets ----------------------------------------------------------------------------
+
+
+class FinishDatasets(beam.PTransform):
+    """Write each dataset's errors.jsonl and manifest.json, always: an unexpected error while finishing
+    still writes both, with the error as a rule `internal` record. The `errors` counter is counted
+    here, once, from what errors.jsonl holds.
+
+    Args:
+        config: the run's configuration.
+
+    Input: (dataset root, DatasetReport), from every other step. Returns: the manifests (dicts).
+    """
+
+    def __init__(self, config: ImportConfig) -> None:
+        super().__init__()
+        self._config = config
+
+    def expand(self, inputs):
+        finished = (inputs
+                    | "GroupByDataset" >> beam.GroupByKey()
+                    | "Finish" >> guarded(_FinishDataset(self._config), main="manifests"))
+        rescued = finished.bad | "FinishAfterBug" >> beam.ParDo(_FinishAfterBug(self._config))
+        return (finished.manifests, rescued) | "Manifests" >> beam.Flatten()
+
+
+class _DatasetWriter(beam.DoFn):
+    """Writes a dataset's errors.jsonl and manifest.json and counts what they hold."""
+
+    def __init__(self, config: ImportConfig) -> None:
+        self._config = config
+
+    def setup(self) -> None:
+        names = ("errors", "warnings", "datasets_imported", "datasets_failed")
+        self._counters = {name: counter(name) for name in names}
+
+    def _write(self, root: str, doc: dict, failures: list[FailureRecord]) -> dict:
+        out = self._config.output_of(root)
+        storage.write_atomic(storage.join(out, paths.ERRORS), sink.errors_jsonl(failures))
+        storage.write_atomic(storage.join(out, paths.MANIFEST),
+                             (json.dumps(doc, indent=2, sort_keys=True) + "\n").encode())
+        self._counters["errors"].inc(doc["totals"]["errors"])
+        self._counters["warnings"].inc(doc["totals"]["warnings"])
+        self._counters["datasets_imported" if doc["status"] == "imported" else "datasets_failed"].inc()
+        return doc
+
+
+class _FinishDataset(_DatasetWriter):
+    def process(self, element: tuple[str, Iterable[DatasetReport]]) -> Iterator[dict]:
+        root, reports = element
+        doc, failures = finish_dataset(self._config, root, DatasetReport.merge(reports))
+        for note in doc["notes"]:
+            _LOG.warning("%s: %s", root, note)
+        yield self._write(root, doc, failures)
+
+
+class _FinishAfterBug(_DatasetWriter):
+    """Finishing a dataset raised: write what is known (every failure, the outcomes as they are) and the
+    error itself, without reading the dataset again."""
+
+    def process(self, bad) -> Iterator[dict]:
+        (root, reports), exc_info = bad
+        _LOG.error("finishing %s failed unexpectedly: %s", root, exc_info[1])
+        report = DatasetReport.merge(reports)
+        outcomes = list(report.outcomes)
+        failures = list(report.failures) + [internal_record(exc_info, dataset=root, episodes_file=None)]
+        doc = sink.manifest(root, None, outcomes, started_at=self._config.started_at, finished_at=sink.now_iso(),
+                            dataset_failures=failures, run_id=self._config.run_id,
+                            options=self._config.output_options())
+        yield self._write(root, doc, [f for o in outcomes for f in o.failures] + failures)
+
+
+def finish_dataset(config: ImportConfig, root: str, report: DatasetReport) -> tuple[dict, list[FailureRecord]]:
+    """A dataset's manifest and errors.jsonl rows from everything its import reported.
+
+    Stale media_index parts of an earlier run are removed; warnings of episodes files that failed are
+    left out (their episodes were not imported); a dataset whose totals do not add up fails with rule
+    `accounting`.
+
+    Args:
+        config: the run's configuration.
+        root: the dataset root URI.
+        report: everything the steps reported for it.
+    """
+    outcomes = list(report.outcomes)
+    dataset_failures = sorted(report.failures, key=FailureRecord.sort_key)
+    index_files = sorted(report.index_files)
+    out = config.output_of(root)
+    for stale in stale_media_index_parts(out, keep=index_files):
+        storage.remove(stale)
+    imported = {o.episodes_file for o in outcomes if o.status == "imported"}
+    warnings = [w for w in report.warnings if w.episodes_file is None or w.episodes_file in imported]
+    sources = [s for s in report.sources if s is not None]
+    doc = sink.manifest(root, info_sha256(root), outcomes, started_at=config.started_at,
+                        finished_at=sink.now_iso(), media_index_files=index_files, dataset_failures=dataset_failures,
+                        source=sources[0].to_json() if sources else None, run_id=config.run_id,
+                        options=config.output_options(), warnings=warnings,
+                        notes=skip_videos_notes(report.mp4_failures))
+    failures = [f for o in outcomes for f in o.failures] + dataset_failures
+    totals = doc["totals"]
+    if totals["episodes"] != totals["episodes_written"] + totals["episodes_failed"]:
+        failures.append(FailureRecord(root, None, None, None, "accounting",
+                                      f"episodes read ({totals['episodes']}) != written ({totals['episodes_written']})"
+                                      f" + failed ({totals['episodes_failed']})"))
+        doc["status"] = "failed"
+        totals["errors"] += 1
+    return doc, failures
+
+
+def info_sha256(root: str) -> Optional[str]:
+    """The digest of meta/info.json as it is now, None when it cannot be read (that failure is recorded
+    where it was met). Hashed, not parsed: a file too deep or too large to parse still has a digest."""
+    try:
+        raw = storage.read_bytes(storage.dataset_file(root, INFO_PATH), what="info file", file=INFO_PATH)
+    except LeRobotImportError:
+        return None
+    return sink.sha256_hex(raw)
+
+
+def skip_videos_notes(failures: Iterable[VideoFailure]) -> list[str]:
+    """One note per camera whose MP4s were missing or unusable, saying once that `--skip-videos`
+    imports the rest of the dataset (each failed episodes file has its own rows in errors.jsonl)."""
+    by_camera: dict[str, list[VideoFailure]] = {}
+    for f in failures:
+        by_camera.setdefault(f.camera, []).append(f)
+    notes = []
+    for camera, found in sorted(by_camera.items()):
+        files = sorted({f.file for f in found})
+        rules = ", ".join(sorted({f.rule for f in found}))
+        what = "is" if len(files) == 1 else "are"
+        notes.append(f"camera `{camera}`: {len(files)} MP4 file{'s' if len(files) > 1 else ''} {what} missing or "
+                     f"unusable ({rules}; first: {files[0]}), so the episodes using them were not imported; "
+                     "--skip-videos imports the dataset without its video features")
+    return notes
