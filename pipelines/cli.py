@@ -31,6 +31,8 @@ as meta/info.json declares it, one clip per camera pointing into the dataset's o
 usage:
   lerobot-import --dataset ROOT --output OUT [import options] [Beam pipeline options]
   lerobot-import render --recipe R.yaml --input OUT --output SAMPLES [...]   (lerobot-import render --help)
+  lerobot-import verify OUT [--sources]                                       (check an import; --help)
+  lerobot-import plan --dataset ROOT --output OUT                             (what a run would do; --help)
   python -m pipelines.import_lerobot ...                                      (the same command)
 """
 

@@ -143,7 +143,7 @@ def _read_table(raw: bytes, needed: list[str], file: str) -> pa.Table:
         text = [pf.schema.column(j).path for j in leaves if pf.schema.column(j).physical_type == "BYTE_ARRAY"]
         if text:  # strings stay dictionary-encoded until their decoded size is known to fit
             pf = pq.ParquetFile(pa.BufferReader(raw), read_dictionary=text)
-        table = pf.read(columns=needed)
+        table = _read_columns(pf, raw, needed)
         decoded = sum(_decoded_bytes(chunk) for column in table.columns for chunk in column.chunks)
         if decoded > MAX_EPISODES_BYTES:
             raise LeRobotImportError("limit", f"the columns the import reads from the episodes file take {decoded:,} "
@@ -157,6 +157,21 @@ def _read_table(raw: bytes, needed: list[str], file: str) -> pa.Table:
     except (pa.ArrowException, OSError, ValueError) as ex:
         raise LeRobotImportError("episodes_file", f"the episodes file is not readable Parquet: {ex}",
                                  file=file) from None
+
+
+def _read_columns(pf: pq.ParquetFile, raw: bytes, needed: list[str]) -> pa.Table:
+    """Read `needed`, keeping dictionaries where Arrow can. Arrow cannot return a nested dictionary column
+    (`tasks`, a list of strings) that spans pages as one chunk; row group by row group it can, and when even
+    that fails the column is read decoded (its size then bounded by the footer check alone)."""
+    try:
+        return pf.read(columns=needed)
+    except pa.ArrowNotImplementedError:
+        pass
+    try:
+        groups = [pf.read_row_group(i, columns=needed) for i in range(pf.metadata.num_row_groups)]
+        return pa.concat_tables(groups) if groups else pf.schema_arrow.empty_table().select(needed)
+    except pa.ArrowNotImplementedError:
+        return pq.ParquetFile(pa.BufferReader(raw)).read(columns=needed)
 
 
 def _check_unique(names: Sequence[str], needed: Sequence[str], file: str) -> None:
