@@ -244,10 +244,16 @@ def raise_if_lfs_pointer(head: bytes, *, what: str, file: str) -> None:
 
 @dataclasses.dataclass
 class ReadCounter:
-    """Bytes and requests that reached storage."""
+    """Bytes and requests that reached storage: the one counter every reader (data files, MP4 range
+    reads, the reader's seeks) reports through."""
 
     requests: int = 0
     bytes_read: int = 0
+
+    def add(self, chunks) -> None:
+        """Count one request per chunk returned, and their bytes."""
+        self.requests += len(chunks)
+        self.bytes_read += sum(len(c) for c in chunks)
 
 
 class CountingFile(io.RawIOBase):

@@ -23,7 +23,6 @@ INDEXED_CODECS = ("h264", "hevc", "av1")
 INFO_PATH = "meta/info.json"
 EPISODES_DIR = "meta/episodes"
 DEFAULT_FEATURES = ("timestamp", "frame_index", "episode_index", "index", "task_index")
-LANGUAGE_FEATURES = ("language_persistent", "language_events")
 
 #: info.json is read whole: real ones are a few kilobytes (a few hundred with long `names` lists).
 INFO_JSON_MAX_BYTES = 16 * 1024 * 1024

@@ -21,16 +21,8 @@ __all__ = ["ReadStats", "RangeReader", "BytesRangeReader", "FsspecRangeReader", 
            "read_range"]
 
 
-@dataclasses.dataclass
-class ReadStats:
-    """What a reader has cost: range requests issued and bytes they returned."""
-
-    requests: int = 0
-    bytes_read: int = 0
-
-    def add(self, chunks: Sequence[bytes]) -> None:
-        self.requests += len(chunks)
-        self.bytes_read += sum(len(c) for c in chunks)
+#: What a reader has cost (range requests and bytes): storage's one read counter.
+ReadStats = storage.ReadCounter
 
 
 class RangeReader(Protocol):
