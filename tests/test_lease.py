@@ -231,9 +231,7 @@ STORES = {
 }
 
 
-@pytest.fixture(scope="module", params=sorted(STORES))
-def bucket(request):
-    """An empty bucket on the store, as a URL prefix."""
+def _bucket(request):
     emulator, modules, name = STORES[request.param]
     reason = storage_emulators.missing(*modules)
     if reason:
@@ -245,6 +243,20 @@ def bucket(request):
         yield f"{request.param}://{name}"
         if request.param == "memory" and fs.exists(f"/{name}"):
             fs.rm(f"/{name}", recursive=True)
+
+
+@pytest.fixture(scope="module", params=sorted(STORES))
+def bucket(request):
+    """An empty bucket on the store, as a URL prefix."""
+    yield from _bucket(request)
+
+
+# moto checks S3's If-None-Match and then puts in two steps, so concurrent racers can both win there;
+# real S3 (and GCS, and the emulator here, which answers one request at a time) decide atomically.
+@pytest.fixture(scope="module", params=sorted(set(STORES) - {"s3"}))
+def race_bucket(request):
+    """An empty bucket on a store whose conditional create is atomic under concurrency."""
+    yield from _bucket(request)
 
 
 def test_store_create_hold_renew_release(bucket):
@@ -282,12 +294,10 @@ def test_store_expired_lease_is_taken_over(bucket):
 
 
 @pytest.mark.parametrize("expired", [False, True], ids=["free", "expired"])
-def test_store_racers_exactly_one_wins(bucket, expired):
+def test_store_racers_exactly_one_wins(race_bucket, expired):
     """Threads started together (the emulators answer one request at a time, as one object's writes are
     ordered on GCS); S3 is left out: moto does not make its check-then-put atomic."""
-    if bucket.startswith("s3://"):
-        pytest.skip("moto's conditional put is not atomic between concurrent requests; real S3's is")
-    out = f"{bucket}/race-{'expired' if expired else 'free'}"
+    out = f"{race_bucket}/race-{'expired' if expired else 'free'}"
     if expired:
         fs, path = fsspec.core.url_to_fs(out)
         fs.pipe_file(f"{path}/{LEASE_NAME}", LeaseRecord("crashed", "h", 1, "", 1.0, 1.0, 2.0).to_bytes())
