@@ -2,7 +2,7 @@
 
 Beam's PipelineOptions takes the whole command line but prints no help for it and drops options it
 does not know with a log line; a misspelt `--skip_video` would import the videos anyway. This front
-prints the import's own options (from `ImportOptions`, the one place they are declared), points at
+prints the import's own options (from `ImportOptions` and `RunOptions`, where they are declared), points at
 Beam's options without dumping them (`--help-beam` prints those), and refuses an option neither the
 import nor Beam knows, with the closest known one.
 """
@@ -20,7 +20,7 @@ try:  # Beam's parser: some options classes declare template (value provider) ar
 except ImportError:  # pragma: no cover - an older or newer Beam without it
     _Parser = argparse.ArgumentParser
 
-from pipelines.options import ImportOptions
+from pipelines.options import ImportOptions, RunOptions
 
 PROG = "lerobot-import"
 
@@ -60,6 +60,8 @@ what it writes:
   OUT/media_index/...    each MP4's frame index, read once from its moov box
   OUT/errors.jsonl       one row per failure: dataset, episodes file, episode, file, rule, message
   OUT/manifest.json      what was imported, with totals
+  OUT/.lease.json        while a run imports: which run holds the output (a second run skips it, or
+                         waits with --wait-for-lease; a lease left by a dead run expires and is taken over)
 
 Exit status 0 when every episodes file imported, 1 when any failed (errors.jsonl says why) or the
 command line is wrong. A failed episodes file leaves no output; the others still import.
@@ -67,11 +69,12 @@ command line is wrong. A failed episodes file leaves no output; the others still
 
 
 def import_parser() -> argparse.ArgumentParser:
-    """The import's options (exactly `ImportOptions`), for `--help`."""
+    """The import's options (exactly `ImportOptions` and `RunOptions`), for `--help`."""
     parser = argparse.ArgumentParser(prog=PROG, usage=argparse.SUPPRESS, description=DESCRIPTION, epilog=EPILOG,
                                      formatter_class=argparse.RawDescriptionHelpFormatter, add_help=False)
     group = parser.add_argument_group("import options")
     ImportOptions._add_argparse_args(group)
+    RunOptions._add_argparse_args(group)
     other = parser.add_argument_group("help")
     other.add_argument("-h", "--help", action="store_true", help="Print this help and exit.")
     other.add_argument("--help-beam", action="store_true", help="Print Apache Beam's pipeline options and exit.")
@@ -88,7 +91,7 @@ def beam_help() -> str:
                      description="Apache Beam pipeline options (they follow the import options on the command "
                                  "line):")
     for cls in _options_classes():
-        if cls is not ImportOptions:
+        if cls not in (ImportOptions, RunOptions):
             try:
                 cls._add_argparse_args(parser)
             except argparse.ArgumentError:

@@ -9,10 +9,14 @@ submits the same pipeline. Exit status 0 when every episodes file imported, 1 ot
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import datetime
 import json
 import logging
+import os
 import sys
+import time
 import uuid
 from typing import Optional, Sequence
 
@@ -21,8 +25,8 @@ from apache_beam.metrics.metric import MetricsFilter
 from apache_beam.options.pipeline_options import PipelineOptions
 
 from pipelines import cli
-from pipelines.options import ImportOptions
-from transforms import storage
+from pipelines.options import ImportOptions, RunOptions
+from transforms import lease, storage
 from transforms.episode import output as sink, paths
 from transforms.import_dataset import NAMESPACE, ImportLeRobotDatasets
 from transforms.errors import LeRobotImportError
@@ -100,7 +104,19 @@ def build_pipeline(options: PipelineOptions, config: ImportConfig, started_at: O
 
 
 def run(argv: Optional[Sequence[str]] = None, *, wait: bool = True) -> int:
-    """Parse options, build and run the pipeline, print the summary; returns the exit status."""
+    """Parse options, build and run the pipeline, print the summary; returns the exit status.
+
+    Two runs must never import into one output at once, so a waiting run first takes a lease on each
+    dataset output (`OUT/.lease.json`; in bulk mode one per `OUT/<dataset name>`), keeps them renewed
+    while the pipeline runs and releases them at the end, also when it fails. An output whose lease
+    another run holds is skipped ("being imported by run X"), so two bulk runs over overlapping
+    dataset lists share the work; when every output is held the run exits at once with status 1.
+    `--wait-for-lease SECONDS` waits for held leases instead. An expired lease (a run that died) is
+    taken over, and the run says so.
+
+    With `wait=False` (the Flex Template launcher: it submits the job and returns before the job ends)
+    no lease is taken: a lease released when the launcher returns would guard nothing.
+    """
     argv = list(sys.argv[1:] if argv is None else argv)
     text = cli.help_requested(argv)
     if text is not None:
@@ -109,12 +125,65 @@ def run(argv: Optional[Sequence[str]] = None, *, wait: bool = True) -> int:
     options = PipelineOptions(argv)
     import_options = options.view_as(ImportOptions)
     config = config_from_options(import_options, run_id=uuid.uuid4().hex, started_at=sink.now_iso())
-    pipeline = build_pipeline(options, config)
-    result = pipeline.run()
     if not wait:
+        build_pipeline(options, config).run()
         return 0
-    result.wait_until_finish()
-    return summarize(result, config)
+    with contextlib.ExitStack() as stack:
+        keepers, held = take_leases(config, stack, options.view_as(RunOptions).wait_for_lease)
+        for line in held:
+            print(line)
+        if not keepers:
+            print("error: every output is being imported by another run; this run imports nothing "
+                  "(--wait-for-lease SECONDS waits for them)")
+            return 1
+        config = dataclasses.replace(config, targets=tuple(keepers))
+        result = build_pipeline(options, config).run()
+        result.wait_until_finish()
+        status = summarize(result, config)
+        lost = [keeper.lost for keeper in keepers.values() if keeper is not None and keeper.lost is not None]
+        for ex in lost:  # another run took the output over while this one imported: its result is suspect
+            print(f"error: {ex}; import that output again once the other run has finished")
+        return 1 if lost else status
+
+
+def take_leases(config: ImportConfig, stack: contextlib.ExitStack,
+                wait_seconds: float) -> tuple[dict[tuple[str, str], lease.LeaseKeeper], list[str]]:
+    """Take the lease of every output of `config`, all sharing one wait of `wait_seconds`.
+
+    Args:
+        config: the run (its run id names the holder).
+        stack: each lease's `LeaseKeeper` is entered into it; leaving it releases the leases.
+        wait_seconds: how long, in all, to wait for held leases.
+    Returns:
+        The keepers by target (dataset root, output; None where the storage has no lease), in the order
+        of `config.targets`, and one
+        "skipped" line per output another run holds.
+    """
+    deadline = time.monotonic() + max(wait_seconds, 0.0)
+    # A scheduler may name its task in LEROBOT_IMPORT_JOB; whoever finds the lease held then sees it.
+    keepers: dict[tuple[str, str], Optional[lease.LeaseKeeper]] = {}
+    skipped = []
+    for root, out in config.targets:
+        if not lease.supported(out):  # e.g. an fsspec filesystem with no conditional create
+            _LOG.warning("%s: this storage offers no lease, so runs on this output are not guarded", out)
+            keepers[(root, out)] = None
+            continue
+        try:
+            got = lease.acquire(out, run_id=config.run_id, job=os.environ.get("LEROBOT_IMPORT_JOB", ""),
+                                wait_seconds=max(0.0, deadline - time.monotonic()))
+        except lease.LeaseHeld as ex:
+            h = ex.holder
+            skipped.append(f"{root}: skipped - being imported by run {h.run_id} on host {h.host} (pid {h.pid}), "
+                           f"lease expires at {_iso(h.expires_at)} -> {out}")
+            continue
+        if got.took_over is not None:
+            print(f"{root}: {got.takeover_message()}")
+        keepers[(root, out)] = stack.enter_context(lease.LeaseKeeper(got))
+    return keepers, skipped
+
+
+def _iso(ts: float) -> str:
+    return datetime.datetime.fromtimestamp(ts, datetime.timezone.utc).isoformat(timespec="seconds")
 
 
 def summarize(result, config: ImportConfig) -> int:

@@ -46,3 +46,16 @@ class ImportOptions(PipelineOptions):
                             help="Import without the video features, for datasets whose MP4s were not "
                                  "published. Default: cameras are imported and a missing MP4 fails its "
                                  "episodes file.")
+
+
+class RunOptions(PipelineOptions):
+    """Options of a run that waits for its job (the command line), not of the job itself: the Flex
+    Template launcher returns before its job ends and takes no lease, so the template does not offer them."""
+
+    @classmethod
+    def _add_argparse_args(cls, parser) -> None:
+        parser.add_argument("--wait_for_lease", "--wait-for-lease", dest="wait_for_lease", type=float, default=0.0,
+                            metavar="SECONDS",
+                            help="When another run holds an output's lease, wait up to SECONDS for it to be "
+                                 "released or to expire. Default: 0 (that output is skipped at once; a run "
+                                 "whose every output is held exits with status 1).")

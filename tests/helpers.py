@@ -98,10 +98,11 @@ def read_part(output: Path, episodes_file_rel: str = "chunk-000/file-000.parquet
 
 
 def output_files(output: Path) -> dict[str, bytes]:
-    """Every output file's bytes, by relative path (manifest timing fields blanked)."""
+    """Every output file's bytes, by relative path (manifest timing fields blanked; the lease files, run
+    bookkeeping rather than output, left out)."""
     out = {}
     for path in sorted(Path(output).rglob("*")):
-        if path.is_file():
+        if path.is_file() and not path.name.startswith(".lease.json"):
             data = path.read_bytes()
             if path.name == "manifest.json":
                 doc = json.loads(data)

@@ -18,6 +18,7 @@ others, and every step turns an unexpected exception into a record too (`transfo
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 from typing import Iterable, Iterator, NamedTuple, Optional, Sequence
@@ -27,15 +28,16 @@ import apache_beam as beam
 from transforms import storage
 from transforms.episode import paths, quirks
 from transforms.episode.outcomes import failed_file
-from transforms.episode.quirks import ClipSpan
+from transforms.episode.quirks import ClipSpan, WarningRecord
 from transforms.errors import LeRobotImportError
 from transforms.lerobot import episodes_files as episodes_metadata
 from transforms.lerobot import fingerprint as dataset_fingerprint
+from transforms.lerobot import sources
 from transforms.lerobot.dataset import check_dataset, list_episodes_files
 from transforms.lerobot.info import EPISODES_DIR, DatasetInfo
 from transforms.media_files import ReadMp4Facts
-from transforms.messages import (ClipUse, DatasetReport, FileInputs, ImportConfig, PartHeader, PartInputs, error_record,
-                                 internal_record, load_info)
+from transforms.messages import (ClipUse, DatasetReport, FileInputs, ImportConfig, KeptFile, PartHeader, PartInputs,
+                                 error_record, internal_record, load_info)
 from transforms.safety_net import NAMESPACE, counter, guarded
 from transforms.write_outputs import CommitEpisodesFiles, FinishDatasets, WriteParts
 
@@ -89,7 +91,10 @@ class CheckDatasets(beam.PTransform):
     """Decide which datasets to import and list their episodes files.
 
     A dataset whose last import succeeded with the same options from the same files is skipped (it
-    appears in no output); `--force` imports it anyway. The others are checked as a person would (the
+    appears in no output); `--force` imports it anyway. Of the others, only the episodes files whose
+    sources changed since the output's last import (or that are new, or failed then) go on to be
+    planned; the unchanged and the removed ones are reported to the finish step, which carries or
+    deletes their output. The datasets are checked as a person would (the
     root exists, holds meta/info.json, which parses, says v3.x, and episodes files are listed). A
     dataset that fails before any episodes file is found (no root, no episodes files, v2.x, an
     unexpected error) fails as a whole: one failure, "0 episodes files".
@@ -119,7 +124,8 @@ class _CheckDataset(beam.DoFn):
 
     def process(self, root: str) -> Iterator:
         source = _fingerprint(root)
-        if source is not None and not self._config.force and self._up_to_date(root, source):
+        previous = self._previous_manifest(root)
+        if source is not None and not self._config.force and self._up_to_date(root, source, previous):
             self._skipped.inc()
             return
         yield beam.pvalue.TaggedOutput("reports", (root, DatasetReport(sources=(source,))))
@@ -134,21 +140,61 @@ class _CheckDataset(beam.DoFn):
                 failure = error_record(ex, dataset=root, episodes_file=None)
                 yield beam.pvalue.TaggedOutput("reports", (root, DatasetReport(failures=(failure,))))
                 return
+        report, leave = self._decide(root, previous)
+        yield beam.pvalue.TaggedOutput("reports", (root, report))
         for rel in files:
-            yield root, rel
+            if rel not in leave:
+                yield root, rel
 
-    def _up_to_date(self, root: str, source: dataset_fingerprint.Fingerprint) -> bool:
-        raw = storage.optional_read(storage.join(self._config.output_of(root), paths.MANIFEST))
+    def _previous_manifest(self, root: str) -> Optional[dict]:
+        """The output's manifest when it was written with the options of this run, else None (an
+        unreadable manifest is no proof of anything: everything is imported again)."""
         try:
+            raw = storage.optional_read(storage.join(self._config.output_of(root), paths.MANIFEST))
             previous = json.loads(raw) if raw else None
-        except ValueError:
-            return False  # an unreadable manifest is no proof of anything: import again
-        if not isinstance(previous, dict) or not dataset_fingerprint.up_to_date(
-                previous, source, self._config.output_options()):
+        except (OSError, ValueError, RecursionError):
+            return None
+        if not isinstance(previous, dict) or previous.get("options") != self._config.output_options():
+            return None
+        return previous
+
+    def _decide(self, root: str, previous: Optional[dict]) -> tuple[DatasetReport, frozenset[str]]:
+        """The sources of each episodes file, and which ones this run leaves alone (unchanged or removed).
+
+        An unchanged file that uses MP4s is imported again all the same: the media_index/ table is
+        rebuilt whole from the MP4s of the files imported, so its MP4s must be among them."""
+        try:
+            scanned = sources.scan_dataset(root, self._config.output_options(), previous_manifest=previous)
+        except Exception as ex:  # noqa: BLE001 - knowing what changed only saves work: the import itself
+            # meets whatever broke here (an info.json too deep to parse, an unreadable file) and reports it
+            _LOG.warning("cannot tell which episodes files of %s changed (%s); importing them all", root, ex)
+            return DatasetReport(), frozenset()
+        current = tuple(dataclasses.replace(f, rows=None) for f in scanned.files)
+        kept = []
+        for d in sources.decide(current, previous, force=self._config.force):
+            if d.action == sources.IMPORT or (d.action == sources.UNCHANGED and d.sources.video_files):
+                continue
+            entry = {"run_id": previous.get("run_id"), **d.previous}  # one without was written by that run
+            kept.append(KeptFile(d.episodes_file, d.action == sources.REMOVED, json.dumps(entry)))
+        if kept:
+            _LOG.info("%s: %d episodes files unchanged or removed since the last import", root, len(kept))
+        return (DatasetReport(file_sources=current, kept=tuple(kept), warnings=_kept_warnings(root, previous, kept)),
+                frozenset(k.episodes_file for k in kept))
+
+    def _up_to_date(self, root: str, source: dataset_fingerprint.Fingerprint, previous: Optional[dict]) -> bool:
+        if previous is None or not dataset_fingerprint.up_to_date(previous, source, self._config.output_options()):
             return False
         _LOG.info("%s is unchanged since its import of %s: skipped (--force redoes it)", root,
                   previous.get("finished_at"))
         return True
+
+
+def _kept_warnings(root: str, previous: Optional[dict], kept: Sequence[KeptFile]) -> tuple[WarningRecord, ...]:
+    """The warnings the last import recorded for the episodes files left unchanged: still true of them."""
+    unchanged = {k.episodes_file for k in kept if not k.removed}
+    fields = ("episodes_file", "episode_index", "file", "what", "by", "message")
+    return tuple(WarningRecord(root, *(w.get(f) for f in fields)) for w in (previous or {}).get("warnings") or ()
+                 if isinstance(w, dict) and w.get("episodes_file") in unchanged)
 
 
 def _fingerprint(root: str) -> Optional[dataset_fingerprint.Fingerprint]:

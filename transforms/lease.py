@@ -83,7 +83,20 @@ class LeaseRecord:
                        renewed_at=0.0, expires_at=0.0)
 
     def expired(self, now: float) -> bool:
-        return now >= self.expires_at
+        """Past its expiry, or held by a process of this host that no longer exists (a killed run need
+        not be waited for until its lease runs out)."""
+        return now >= self.expires_at or self._holder_is_gone()
+
+    def _holder_is_gone(self) -> bool:
+        if self.host != socket.gethostname() or self.pid <= 0 or self.pid == os.getpid():
+            return False
+        try:
+            os.kill(self.pid, 0)
+        except ProcessLookupError:
+            return True
+        except OSError:  # exists, but is another user's
+            return False
+        return False
 
     def describe(self, now: Optional[float] = None) -> str:
         """`run R (host H, pid P, job J) since T, expiring at E (in 4 min 10 s)`."""
@@ -380,6 +393,15 @@ def _store_for(output: str):
     if protocols & {"s3", "s3a"}:
         return _S3Store(fs, path)
     raise ValueError(f"no lease support for {output}: leases work on local paths, gs://, s3:// and memory://")
+
+
+def supported(output: str) -> bool:
+    """Whether the output's storage can hold a lease (local paths, gs://, s3://, memory://)."""
+    try:
+        _store_for(storage.normalize_root(output))
+    except ValueError:
+        return False
+    return True
 
 
 # ------------------------------------------------------------------------------------------------

@@ -21,6 +21,7 @@ from transforms.episode.clips import VideoFile
 from transforms.episode.outcomes import FileOutcome, PartResult
 from transforms.episode.quirks import ClipSpan, WarningRecord
 from transforms.lerobot.fingerprint import Fingerprint
+from transforms.lerobot.sources import EpisodesFileSources
 from transforms.lerobot.dataset import read_info
 from transforms.lerobot.info import DatasetInfo
 from transforms.lerobot.episodes_files import DATA_SPAN_LIMIT, EpisodeRow, PartPlan
@@ -158,6 +159,16 @@ class FileInputs(_Merged):
 
 
 @dataclasses.dataclass(frozen=True)
+class KeptFile:
+    """An episodes file this run leaves alone: unchanged since the run that imported it (its manifest
+    entry is carried as it was, `entry_json`), or gone from the dataset (`removed`: its parts are deleted)."""
+
+    episodes_file: str
+    removed: bool
+    entry_json: str  # the previous manifest entry, JSON
+
+
+@dataclasses.dataclass(frozen=True)
 class DatasetReport(_Merged):
     """What a dataset's finish step is told by the others."""
 
@@ -167,6 +178,8 @@ class DatasetReport(_Merged):
     warnings: tuple[WarningRecord, ...] = ()
     index_files: tuple[str, ...] = ()  # media_index parts written, relative to the output root
     mp4_failures: tuple[VideoFailure, ...] = ()  # MP4s that could not be used
+    file_sources: tuple[EpisodesFileSources, ...] = ()  # per episodes file: what its import is made from
+    kept: tuple[KeptFile, ...] = ()  # episodes files left unchanged or removed by this run
 
 
 def error_record(ex: LeRobotImportError, *, dataset: str, episodes_file: Optional[str]) -> FailureRecord:

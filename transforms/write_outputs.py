@@ -27,8 +27,8 @@ from transforms.episode.outcomes import PartResult, failed_file
 from transforms.errors import FailureRecord, LeRobotImportError
 from transforms.lerobot import data_files
 from transforms.lerobot.info import INFO_PATH, DatasetInfo
-from transforms.messages import (DatasetReport, FileInputs, ImportConfig, PartHeader, PartInputs, VideoFailure,
-                                 error_record, internal_record, load_info)
+from transforms.messages import (DatasetReport, FileInputs, ImportConfig, KeptFile, PartHeader, PartInputs,
+                                 VideoFailure, error_record, internal_record, load_info)
 from transforms.safety_net import counter, guarded
 
 _LOG = logging.getLogger(__name__)
@@ -321,15 +321,18 @@ def finish_dataset(config: ImportConfig, root: str, report: DatasetReport) -> tu
     out = config.output_of(root)
     for stale in stale_media_index_parts(out, keep=index_files):
         storage.remove(stale)
-    imported = {o.episodes_file for o in outcomes if o.status == "imported"}
+    imported = {o.episodes_file for o in outcomes if o.status == "imported"} | {
+        k.episodes_file for k in report.kept if not k.removed}
     warnings = [w for w in report.warnings if w.episodes_file is None or w.episodes_file in imported]
     sources = [s for s in report.sources if s is not None]
     doc = sink.manifest(root, info_sha256(root), outcomes, started_at=config.started_at,
                         finished_at=sink.now_iso(), media_index_files=index_files, dataset_failures=dataset_failures,
                         source=sources[0].to_json() if sources else None, run_id=config.run_id,
                         options=config.output_options(), warnings=warnings,
-                        notes=skip_videos_notes(report.mp4_failures))
+                        notes=skip_videos_notes(report.mp4_failures),
+                        file_sources={s.episodes_file: s.to_manifest() for s in report.file_sources})
     failures = [f for o in outcomes for f in o.failures] + dataset_failures
+    carry_kept_files(doc, report.kept, out)
     totals = doc["totals"]
     if totals["episodes"] != totals["episodes_written"] + totals["episodes_failed"]:
         failures.append(FailureRecord(root, None, None, None, "accounting",
@@ -338,6 +341,36 @@ def finish_dataset(config: ImportConfig, root: str, report: DatasetReport) -> tu
         doc["status"] = "failed"
         totals["errors"] += 1
     return doc, failures
+
+
+def carry_kept_files(doc: dict, kept: Iterable[KeptFile], out: str) -> None:
+    """Add the episodes files this run left alone to a manifest being written.
+
+    An unchanged file keeps its previous entry (parts, counts and the run that wrote them), marked
+    `unchanged`, and counts in the totals as before. A removed file has its parts deleted (listed
+    under the output root literally, as a commit lists the parts it replaces) and is recorded as
+    `removed`, with no parts, once.
+
+    Args:
+        doc: the manifest of this run's outcomes; its `episodes_files` and `totals` are updated.
+        kept: the files left alone, as the check step decided.
+        out: the dataset's output root.
+    """
+    entries, totals = dict(doc["episodes_files"]), doc["totals"]
+    for k in sorted(kept, key=lambda k: k.episodes_file):
+        if k.removed:
+            for uri in sink.stale_outputs(out, k.episodes_file, keep=()) + sink.leftover_tmps(out, k.episodes_file):
+                storage.remove(uri)
+            entries[k.episodes_file] = {"status": "removed", "parts": []}
+            totals["episodes_files_removed"] += 1
+            continue
+        entry = {**json.loads(k.entry_json), "status": "unchanged"}
+        entries[k.episodes_file] = entry
+        totals["episodes_files"] += 1
+        totals["episodes_files_unchanged"] += 1
+        for key in ("episodes", "episodes_written", "frames", "bytes"):
+            totals[key] += int(entry.get(key) or 0)
+    doc["episodes_files"] = {rel: entries[rel] for rel in sorted(entries)}
 
 
 def info_sha256(root: str) -> Optional[str]:

@@ -159,9 +159,9 @@ def errors_jsonl(failures: Iterable[FailureRecord]) -> bytes:
     return "".join(json.dumps(f.to_json_dict(), sort_keys=True) + "\n" for f in rows).encode()
 
 
-def _file_entry(o: FileOutcome) -> dict:
+def _file_entry(o: FileOutcome, source: Optional[Mapping]) -> dict:
     return {
-        "status": o.status, "parts": list(o.parts), "episodes": o.episodes,
+        "status": o.status, **(source or {}), "parts": list(o.parts), "episodes": o.episodes,
         "episodes_written": o.episodes_written, "episodes_failed": o.episodes_failed,
         "frames": o.frames, "bytes": o.bytes, "data_bytes": o.data_bytes, "failures": len(o.failures),
         "notes": list(o.notes), "part_files": [p.to_json() for p in o.part_files],
@@ -173,6 +173,8 @@ def _totals(outcomes: Sequence[FileOutcome], dataset_failures: int, warnings: in
         "episodes_files": len(outcomes),
         "episodes_files_imported": sum(o.status == "imported" for o in outcomes),
         "episodes_files_failed": sum(o.status == "failed" for o in outcomes),
+        "episodes_files_unchanged": sum(o.status == "unchanged" for o in outcomes),
+        "episodes_files_removed": sum(o.status == "removed" for o in outcomes),
         "episodes": sum(o.episodes for o in outcomes),
         "episodes_written": sum(o.episodes_written for o in outcomes),
         "episodes_failed": sum(o.episodes_failed for o in outcomes if o.status == "failed"),
@@ -187,7 +189,7 @@ def manifest(dataset: str, info_sha256: Optional[str], outcomes: Sequence[FileOu
              started_at: str, finished_at: str, media_index_files: Sequence[str] = (),
              dataset_failures: Sequence[FailureRecord] = (), source: Optional[dict] = None,
              run_id: str = "", options: Optional[dict] = None, warnings: Sequence[WarningRecord] = (),
-             notes: Sequence[str] = ()) -> dict:
+             notes: Sequence[str] = (), file_sources: Optional[Mapping[str, Mapping]] = None) -> dict:
     """manifest.json: what was imported, with totals that must add up (episodes read = written + failed).
 
     Args:
@@ -202,6 +204,11 @@ def manifest(dataset: str, info_sha256: Optional[str], outcomes: Sequence[FileOu
         options: the options that shape the output.
         warnings: quirks that imported fine but matter to readers.
         notes: dataset-level remarks (e.g. that `--skip-videos` imports the rest).
+        file_sources: per episodes file, the sources its import was made from (`source_digest` ...), so
+            the next run can tell which episodes files changed.
+
+    An episodes file's entry names the run that wrote it (`run_id`) only when that is an earlier run
+    (the file was unchanged since): entries without one were written by this manifest's run.
     """
     listed = sorted(warnings, key=WarningRecord.sort_key)
     totals = _totals(outcomes, len(dataset_failures), len(listed))
@@ -212,7 +219,8 @@ def manifest(dataset: str, info_sha256: Optional[str], outcomes: Sequence[FileOu
         "run_id": run_id,
         "options": options,
         "status": "imported" if totals["errors"] == 0 else "failed",
-        "episodes_files": {o.episodes_file: _file_entry(o) for o in sorted(outcomes, key=lambda o: o.episodes_file)},
+        "episodes_files": {o.episodes_file: _file_entry(o, (file_sources or {}).get(o.episodes_file))
+                           for o in sorted(outcomes, key=lambda o: o.episodes_file)},
         "media_index": list(media_index_files),
         "totals": totals,
         "warnings": [w.to_json() for w in listed],
