@@ -219,6 +219,10 @@ def summary_line(doc: dict) -> str:
              else "0 episodes files")
     line = (f"{doc['status']} - {t['episodes_written']}/{t['episodes']} episodes, {t['frames']} frames, {files}, "
             f"{_count(t['errors'], 'error')}")
+    kept = [f"{t[k]} {word}" for k, word in (("episodes_files_unchanged", "unchanged"),
+                                              ("episodes_files_removed", "removed")) if t.get(k)]
+    if kept:  # an incremental run: what it left alone and what it removed
+        line += f" ({', '.join(kept)})"
     if t.get("warnings"):
         line += f", {_count(t['warnings'], 'warning')}"
     return line
