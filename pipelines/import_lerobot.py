@@ -25,9 +25,10 @@ from apache_beam.metrics.metric import MetricsFilter
 from apache_beam.options.pipeline_options import PipelineOptions
 
 from pipelines import cli
+from pipelines.targets import resolve_targets
 from pipelines.options import ImportOptions, RunOptions
 from transforms import lease, storage
-from transforms.episode import output as sink, paths
+from transforms.episode import output as sink
 from transforms.import_dataset import NAMESPACE, ImportLeRobotDatasets
 from transforms.errors import LeRobotImportError
 from transforms.messages import ImportConfig
@@ -40,56 +41,13 @@ def config_from_options(options: ImportOptions, *, run_id: str = "", started_at:
     if not options.output:
         raise SystemExit("error: --output is required (see --help)")
     try:
-        roots = [storage.normalize_root(d) for d in (options.dataset or [])]
-        bulk = resolve_datasets(options.datasets) if options.datasets else []
-        out = storage.normalize_root(options.output)
+        targets = resolve_targets(options.dataset or [], options.datasets, options.output)
     except LeRobotImportError as ex:
         raise SystemExit(f"error: {ex}") from None
-    if not roots and not bulk:
-        raise SystemExit("error: give --dataset ROOT (repeatable) or --datasets ROOTS|GLOB|@FILE (see --help)")
-    roots = list(dict.fromkeys(roots + bulk))
-    if len(roots) == 1 and not bulk:
-        targets = ((roots[0], out),)
-    else:
-        names: dict[str, str] = {}
-        for root in roots:
-            name = dataset_name(root)
-            if name in names:
-                raise SystemExit(f"error: datasets {names[name]} and {root} would both import into "
-                                 f"{storage.join(out, name)}; import them in separate runs")
-            names[name] = root
-        targets = tuple((r, storage.join(out, dataset_name(r))) for r in roots)
-    for root, target in targets:
-        problem = paths.placement_problem(root, target)
-        if problem:
-            raise SystemExit(f"error: {problem}")
     return ImportConfig(targets=targets, read_in_parts=options.read_in_parts,
                         data_span_limit=options.data_span_limit, inline_index=options.inline_index,
                         skip_videos=options.skip_videos, force=options.force, run_id=run_id,
                         started_at=started_at)
-
-
-def resolve_datasets(spec: str) -> list[str]:
-    """`a,b`, glob patterns and `@file` (one root or pattern per line, `#` comments) -> dataset roots."""
-    if spec.startswith("@"):
-        raw = storage.read_bytes(storage.normalize_root(spec[1:]), what="dataset list", file=spec[1:])
-        items = [line.split("#", 1)[0].strip() for line in raw.decode("utf-8", "replace").splitlines()]
-    else:
-        items = [item.strip() for item in spec.split(",")]
-    roots = []
-    for item in filter(None, items):
-        if any(c in item for c in "*?["):
-            matches = [m for m in storage.glob(storage.normalize_root(item)) if storage.is_dir(m)]
-            if not matches:
-                raise SystemExit(f"error: --datasets pattern {item!r} matches no folder")
-            roots += matches
-        else:
-            roots.append(storage.normalize_root(item))
-    return roots
-
-
-def dataset_name(root: str) -> str:
-    return root.rstrip("/").rsplit("/", 1)[-1]
 
 
 def build_pipeline(options: PipelineOptions, config: ImportConfig, started_at: Optional[str] = None) -> beam.Pipeline:

@@ -21,6 +21,7 @@ import json
 import sys
 from typing import Any, Optional, Sequence
 
+from pipelines.targets import resolve_targets
 from transforms import lease as lease_lib
 from transforms import storage
 from transforms.episode import paths
@@ -217,37 +218,8 @@ def _lease_holder(out: str) -> Optional[str]:
 # ------------------------------------------------------------------------------------------------
 
 def targets(dataset: Sequence[str], datasets: Optional[str], output: str) -> list[tuple[str, str]]:
-    """(dataset root, output root) pairs, laid out as the import lays them out: one dataset into OUT,
-    several (or `--datasets`) each into OUT/<name>/; outputs overlapping their dataset refused."""
-    roots = [storage.normalize_root(d) for d in dataset]
-    bulk: list[str] = []
-    if datasets:
-        from pipelines.import_lerobot import resolve_datasets  # globs and @FILE, as the import expands them
-        bulk = resolve_datasets(datasets)
-    out = storage.normalize_root(output)
-    roots = list(dict.fromkeys(roots + bulk))
-    if not roots:
-        raise SystemExit("error: give --dataset ROOT (repeatable) or --datasets ROOTS|GLOB|@FILE")
-    if len(roots) == 1 and not bulk:
-        pairs = [(roots[0], out)]
-    else:
-        names: dict[str, str] = {}
-        for root in roots:
-            name = _dataset_name(root)
-            if name in names:
-                raise SystemExit(f"error: datasets {names[name]} and {root} would both import into "
-                                 f"{storage.join(out, name)}; import them in separate runs")
-            names[name] = root
-        pairs = [(r, storage.join(out, _dataset_name(r))) for r in roots]
-    for root, target in pairs:
-        problem = paths.placement_problem(root, target)
-        if problem:
-            raise SystemExit(f"error: {problem}")
-    return pairs
-
-
-def _dataset_name(root: str) -> str:
-    return root.rstrip("/").rsplit("/", 1)[-1]
+    """(dataset root, output root) pairs, laid out exactly as the import lays them out."""
+    return list(resolve_targets(dataset, datasets, output))
 
 
 def _parser() -> argparse.ArgumentParser:

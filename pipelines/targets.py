@@ -1,0 +1,61 @@
+"""Which datasets a run imports and where each one's output goes (Beam-free: `plan` uses it too).
+
+One dataset imports into OUT; several (or `--datasets`) each into OUT/<dataset name>/. An output that
+overlaps its dataset is refused before anything runs.
+"""
+
+from __future__ import annotations
+
+from typing import Optional, Sequence
+
+from transforms import storage
+from transforms.episode import paths
+
+
+def resolve_targets(dataset: Sequence[str], datasets: Optional[str], output: str) -> tuple[tuple[str, str], ...]:
+    """(dataset root, output root) pairs for `--dataset` roots and a `--datasets` spec; SystemExit if unusable."""
+    roots = [storage.normalize_root(d) for d in dataset]
+    bulk = resolve_datasets(datasets) if datasets else []
+    out = storage.normalize_root(output)
+    if not roots and not bulk:
+        raise SystemExit("error: give --dataset ROOT (repeatable) or --datasets ROOTS|GLOB|@FILE (see --help)")
+    roots = list(dict.fromkeys(roots + bulk))
+    if len(roots) == 1 and not bulk:
+        targets = ((roots[0], out),)
+    else:
+        names: dict[str, str] = {}
+        for root in roots:
+            name = dataset_name(root)
+            if name in names:
+                raise SystemExit(f"error: datasets {names[name]} and {root} would both import into "
+                                 f"{storage.join(out, name)}; import them in separate runs")
+            names[name] = root
+        targets = tuple((r, storage.join(out, dataset_name(r))) for r in roots)
+    for root, target in targets:
+        problem = paths.placement_problem(root, target)
+        if problem:
+            raise SystemExit(f"error: {problem}")
+    return targets
+
+
+def resolve_datasets(spec: str) -> list[str]:
+    """`a,b`, glob patterns and `@file` (one root or pattern per line, `#` comments) -> dataset roots."""
+    if spec.startswith("@"):
+        raw = storage.read_bytes(storage.normalize_root(spec[1:]), what="dataset list", file=spec[1:])
+        items = [line.split("#", 1)[0].strip() for line in raw.decode("utf-8", "replace").splitlines()]
+    else:
+        items = [item.strip() for item in spec.split(",")]
+    roots = []
+    for item in filter(None, items):
+        if any(c in item for c in "*?["):
+            matches = [m for m in storage.glob(storage.normalize_root(item)) if storage.is_dir(m)]
+            if not matches:
+                raise SystemExit(f"error: --datasets pattern {item!r} matches no folder")
+            roots += matches
+        else:
+            roots.append(storage.normalize_root(item))
+    return roots
+
+
+def dataset_name(root: str) -> str:
+    return root.rstrip("/").rsplit("/", 1)[-1]
