@@ -673,8 +673,7 @@ CASES: list[HostileCase] = [
     _c("episodes_duplicate_column", _duplicate_column(E10, "length"), "episodes_file", {E10}, E10,
        words=["2 columns named `length`"]),
     _c("data_duplicate_column", _duplicate_column(DATA_11, "observation.state"), ("data_file", "missing_column"),
-       {E20}, DATA_11, 9, words=["2 columns named `observation.state`"],
-       xfail="the data-file reader does not call episodes_files.check_unique_columns yet"),
+       {E20}, DATA_11, 9, words=["2 columns named `observation.state`"]),
 
     # ---- names fsspec would read as URL syntax: read literally, as named -------------------------
     _c("camera_key_with_double_colon", _rename_camera("observation.images.top", "observation.images.top::left"),

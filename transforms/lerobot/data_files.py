@@ -18,7 +18,7 @@ import pyarrow.parquet as pq
 
 from transforms import storage
 from transforms.lerobot.info import DatasetInfo
-from transforms.lerobot.episodes_files import EpisodeRow
+from transforms.lerobot.episodes_files import EpisodeRow, check_unique_columns
 from transforms.errors import LeRobotImportError
 
 K = TypeVar("K")
@@ -129,6 +129,8 @@ class DataFileReader:
 
     def _open(self) -> None:
         pf = pq.ParquetFile(self._source)
+        check_unique_columns(pf.schema_arrow.names, ["index", *self._columns], what="data file",
+                             file=self.relative, rule="data_file")
         names = set(pf.schema_arrow.names)
         for name in ["index", *self._columns]:
             if name not in names:
