@@ -24,6 +24,10 @@ setup(
     ],
     extras_require={
         "video": ["av>=14"],
+        # hf://datasets/OWNER/NAME[@REVISION] dataset roots, read in place from the Hugging Face Hub
+        "hub": ["huggingface_hub>=0.30"],
+        # transforms.reader.ImportedFrames: training from an import with PyTorch (the CPU build is enough)
+        "torch": ["torch>=2.2"],
         "test": [
             "pytest>=8",
             "hypothesis>=6",
@@ -35,6 +39,8 @@ setup(
             "gcp-storage-emulator>=2026.7.19",
             "moto[server]>=5,<6",
             "s3fs>=2024.2",
+            # the Hub stand-in tests drive huggingface_hub's own client
+            "huggingface_hub>=0.30",
         ],
     },
     entry_points={"console_scripts": ["lerobot-import=pipelines.import_lerobot:main"]},

@@ -146,8 +146,10 @@ def _iso(ts: float) -> str:
 
 def summarize(result, config: ImportConfig) -> int:
     """Print each dataset's outcome and the run's counters; 1 when any dataset failed."""
-    counters = {c.key.metric.name: c.committed for c in
-                result.metrics().query(MetricsFilter().with_namespace(NAMESPACE))["counters"]}
+    counters: dict[str, int] = {}
+    for c in result.metrics().query(MetricsFilter().with_namespace(NAMESPACE))["counters"]:
+        # one counter per step that counts it (hub_retries in any step that reads): the run's total is the sum
+        counters[c.key.metric.name] = counters.get(c.key.metric.name, 0) + c.committed
     status = 0
     for root, out in config.targets:
         raw = storage.optional_read(storage.join(out, "manifest.json"))

@@ -17,10 +17,13 @@ class ImportOptions(PipelineOptions):
     def _add_argparse_args(cls, parser) -> None:
         parser.add_argument("--dataset", action="append", default=None, metavar="ROOT",
                             help="Root of a LeRobot v3 dataset (the folder holding meta/info.json): a local path "
-                                 "or a URL (gs://, s3://, memory://). Repeat it to import several datasets, each "
-                                 "into OUT/<dataset name>/.")
+                                 "or a URL (gs://, s3://, memory://), or a Hugging Face Hub dataset "
+                                 "hf://datasets/OWNER/NAME[@REVISION], read in place at the commit REVISION names "
+                                 "at the start (needs the [hub] extra; token from HF_TOKEN or `hf auth login`). "
+                                 "Repeat it to import several datasets, each into OUT/<dataset name>/.")
         parser.add_argument("--datasets", default=None, metavar="SPEC",
-                            help="Bulk import: comma-separated roots or glob patterns (gs://bucket/datasets/*), "
+                            help="Bulk import: comma-separated roots or glob patterns (gs://bucket/datasets/*, "
+                                 "hf://datasets/OWNER/* for an owner's Hub datasets), "
                                  "or @FILE listing one root or pattern per line. Each dataset imports into "
                                  "OUT/<dataset name>/; one failing never stops the others.")
         parser.add_argument("--output", required=False, default=None, metavar="OUT",

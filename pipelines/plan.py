@@ -25,6 +25,7 @@ from pipelines.targets import resolve_targets
 from transforms import lease as lease_lib
 from transforms import storage
 from transforms.episode import paths
+from transforms.episode.media_index_table import decide_run
 from transforms.errors import LeRobotImportError
 from transforms.lerobot import sources
 from transforms.lerobot.episodes_files import DATA_SPAN_LIMIT, plan_parts, read_episode_rows
@@ -77,7 +78,7 @@ class DatasetPlan:
     output: str
     options: dict
     files: tuple[FilePlan, ...]
-    mp4s_to_read: tuple[str, ...]  # MP4s whose MediaIndex would be read (new or changed among those used)
+    mp4s_to_read: tuple[str, ...]  # MP4s whose MediaIndex would be read (used, and new, changed or unrecorded)
     data_bytes_to_read: int  # sizes of the distinct data files the episodes files to import read from
     output_ratio: float
     ratio_source: str  # "last import" | "default"
@@ -148,10 +149,12 @@ def plan_dataset(root: str, out: str, options: dict[str, Any], *, force: bool = 
     previous = read_manifest(out)
     # The options are part of every source digest: a manifest made with other options matches nothing.
     scanned = sources.scan_dataset(root, options, previous_manifest=previous)
-    decisions = sources.decide(scanned.files, previous, force=force)
+    decisions, media = decide_run(scanned.files, previous, scanned.listing.token,
+                                  dataset_file=lambda rel: storage.join(root, rel),
+                                  inline_index=bool(options.get("inline_index")), force=force)
     files = tuple(_file_plan(scanned, d, options) for d in decisions)
     used = sorted({v for f in files if f.action == sources.IMPORT for v in f.video_files})
-    mp4s = sources.changed_video_files(scanned.listing, used, None if force else (previous or {}).get("video_versions"))
+    mp4s = tuple(sorted(media.to_read))
     data_files = {d for f in files if f.action == sources.IMPORT and f.sources for d in f.sources.data_files}
     ratio, ratio_source = _output_ratio(previous)
     problem = scanned.info_problem

@@ -1,21 +1,24 @@
 """Which datasets a run imports and where each one's output goes (Beam-free: `plan` uses it too).
 
 One dataset imports into OUT; several (or `--datasets`) each into OUT/<dataset name>/. An output that
-overlaps its dataset is refused before anything runs.
+overlaps its dataset is refused before anything runs. A Hugging Face Hub dataset
+(`hf://datasets/OWNER/NAME[@REVISION]`) is pinned here, once, at the commit its revision names now:
+the run reads everything at that commit and its outputs name it, however the branch moves meanwhile.
 """
 
 from __future__ import annotations
 
 from typing import Optional, Sequence
 
-from transforms import storage
+from transforms import hub, storage
 from transforms.episode import paths
 
 
 def resolve_targets(dataset: Sequence[str], datasets: Optional[str], output: str) -> tuple[tuple[str, str], ...]:
     """(dataset root, output root) pairs for `--dataset` roots and a `--datasets` spec; SystemExit if unusable."""
-    roots = [storage.normalize_root(d) for d in dataset]
-    bulk = resolve_datasets(datasets) if datasets else []
+    pins: dict[str, str] = {}
+    roots = [_root(d, pins) for d in dataset]
+    bulk = resolve_datasets(datasets, pins) if datasets else []
     out = storage.normalize_root(output)
     if not roots and not bulk:
         raise SystemExit("error: give --dataset ROOT (repeatable) or --datasets ROOTS|GLOB|@FILE (see --help)")
@@ -38,8 +41,15 @@ def resolve_targets(dataset: Sequence[str], datasets: Optional[str], output: str
     return targets
 
 
-def resolve_datasets(spec: str) -> list[str]:
-    """`a,b`, glob patterns and `@file` (one root or pattern per line, `#` comments) -> dataset roots."""
+def resolve_datasets(spec: str, pins: Optional[dict[str, str]] = None) -> list[str]:
+    """`a,b`, glob patterns and `@file` (one root or pattern per line, `#` comments) -> dataset roots.
+
+    Args:
+        spec: the `--datasets` value.
+        pins: Hub roots already pinned in this run (filled in), so each is looked up once.
+    """
+    pins = {} if pins is None else pins
+    # A Hub pattern lists the owner's datasets through the Hub's API; a Hub root is pinned at its commit.
     if spec.startswith("@"):
         raw = storage.read_bytes(storage.normalize_root(spec[1:]), what="dataset list", file=spec[1:])
         items = [line.split("#", 1)[0].strip() for line in raw.decode("utf-8", "replace").splitlines()]
@@ -47,7 +57,14 @@ def resolve_datasets(spec: str) -> list[str]:
         items = [item.strip() for item in spec.split(",")]
     roots = []
     for item in filter(None, items):
-        if any(c in item for c in "*?["):
+        if hub.is_hub(item) and any(c in item for c in "*?["):
+            matches = hub.list_datasets(item)
+            if not matches:
+                raise SystemExit(f"error: --datasets pattern {item!r} matches no dataset of that owner on the Hub")
+            roots += [_root(m, pins) for m in matches]
+        elif hub.is_hub(item):
+            roots.append(_root(item, pins))
+        elif any(c in item for c in "*?["):
             matches = [m for m in storage.glob(storage.normalize_root(item)) if storage.is_dir(m)]
             if not matches:
                 raise SystemExit(f"error: --datasets pattern {item!r} matches no folder")
@@ -57,5 +74,18 @@ def resolve_datasets(spec: str) -> list[str]:
     return roots
 
 
+def _root(item: str, pins: dict[str, str]) -> str:
+    """A dataset root as the run reads it: normalised, a Hub root pinned at its commit (once per run)."""
+    if not hub.is_hub(item):
+        return storage.normalize_root(item)
+    key = item.rstrip("/")
+    if key not in pins:
+        pins[key] = hub.pin(key)
+    return storage.normalize_root(pins[key])
+
+
 def dataset_name(root: str) -> str:
+    """The folder a dataset imports into in a bulk run: its root's last name (NAME for a Hub dataset)."""
+    if hub.is_hub(root):
+        return hub.dataset_name(root)
     return root.rstrip("/").rsplit("/", 1)[-1]

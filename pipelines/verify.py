@@ -8,7 +8,8 @@ What holds for a sound import, each checked and each failure named by its file:
   * every part the manifest lists exists, with the size and sha256 it records (`part_files`), opens as
     Parquet, and holds the recorded number of rows (episodes); a manifest that records no
     `part_files` is checked for existence, readability and the episodes it counts;
-  * every media_index part listed exists and opens as Parquet;
+  * every media_index shard listed exists, with the size, sha256 and rows it records
+    (`media_index_files`; an older manifest without them: exists and opens as Parquet);
   * errors.jsonl holds one row per error the manifest counts;
   * no file under `episodes/` or `media_index/` that the manifest does not list, and no temporary
     file (`.<name>.tmp-*`) left anywhere in the output by a write that never finished;
@@ -33,6 +34,7 @@ import pyarrow.parquet as pq
 
 from transforms import storage
 from transforms.episode import paths
+from transforms.episode.media_index_table import decide_run
 from transforms.lease import LEASE_NAME
 from transforms.lerobot import sources
 
@@ -51,6 +53,10 @@ STALE_REASONS = {
     "no recorded sources": "the manifest records no source fingerprint for it (an import that did not record "
                            "one): the next run imports it again",
     "gone": "no longer in the dataset; the next run removes its output",
+    "MP4 index not recorded": "an MP4 it uses has no current row in media_index/ (new, changed, or its shard "
+                              "failed to write): the next run imports it again, reading that MP4",
+    "older media_index layout": "the output was written in an older media_index/ layout: the next run imports "
+                                "the dataset again whole",
 }
 
 
@@ -131,7 +137,10 @@ def verify_output(out: str, *, check_sources: bool = False) -> VerifyReport:
         problems += check.problems
     problems += _check_rows_without_records(entries, {c.path: c for c in checks})
     media_index = [p for p in manifest.get("media_index") or [] if isinstance(p, str)]
-    problems += [p for path in media_index for p in _check_readable(out, path, "media_index part")]
+    records = {r.get("path"): r for r in manifest.get("media_index_files") or [] if isinstance(r, dict)}
+    with concurrent.futures.ThreadPoolExecutor(max_workers=CHECK_THREADS) as pool:
+        index_checks = list(pool.map(lambda path: _check_media_index(out, path, records.get(path)), media_index))
+    problems += [p for found in index_checks for p in found]
     problems += _check_errors_file(out, manifest)
     listed = {c.path for c in checks} | set(media_index)
     problems += _check_listing(out, listed)
@@ -208,6 +217,15 @@ def _parquet_rows(fs, full: str) -> tuple[Optional[int], Optional[str]]:
         return None, str(ex).splitlines()[0] if str(ex) else type(ex).__name__
 
 
+def _check_media_index(out: str, path: str, record: Optional[dict]) -> list[Problem]:
+    """A media_index shard: as a part is checked when the manifest records its size, sha256 and rows
+    (`media_index_files`), else only that it exists and opens as Parquet."""
+    if record is None:
+        return _check_readable(out, path, "media_index part")
+    found = _check_part(out, path, record).problems
+    return [dataclasses.replace(p, message=f"media_index shard: {p.message}") for p in found]
+
+
 def _check_readable(out: str, path: str, what: str) -> list[Problem]:
     fs, full = storage.filesystem(storage.join(out, path))
     if not fs.exists(full):
@@ -279,8 +297,11 @@ def stale_episodes_files(manifest: dict) -> list[Problem]:
         scanned = sources.scan_dataset(dataset, options, previous_manifest=manifest)
     except OSError as ex:
         return [Problem(paths.MANIFEST, "sources", f"cannot list the dataset {dataset}: {ex}")]
+    decisions, _ = decide_run(scanned.files, manifest, scanned.listing.token,
+                              dataset_file=lambda rel: storage.join(dataset, rel),
+                              inline_index=bool(options.get("inline_index")))
     return [Problem(d.episodes_file, "stale", STALE_REASONS.get(d.reason, d.reason))
-            for d in sources.decide(scanned.files, manifest) if d.action != sources.UNCHANGED]
+            for d in decisions if d.action != sources.UNCHANGED]
 
 
 # ------------------------------------------------------------------------------------------------

@@ -107,6 +107,9 @@ def output_files(output: Path) -> dict[str, bytes]:
             if path.name == "manifest.json":
                 doc = json.loads(data)
                 doc["started_at"] = doc["finished_at"] = doc["run_id"] = None
+                for entry in (doc.get("episodes_files") or {}).values():  # each entry names the run that wrote it
+                    if isinstance(entry, dict) and "run_id" in entry:
+                        entry["run_id"] = None
                 data = json.dumps(doc, sort_keys=True).encode()
             out[str(path.relative_to(output))] = data
     return out

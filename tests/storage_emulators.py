@@ -10,8 +10,10 @@ free port and live for one test module.
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
 import os
+import re
 import socket
 import sys
 from http import HTTPStatus
@@ -108,6 +110,71 @@ def _install_gcs_move_to() -> None:
     server._lerobot_move_to = True
 
 
+#: "bucket/key" of the objects whose reads the emulators refuse while `deny_reads` lists them.
+_DENIED_READS: set[str] = set()
+
+
+@contextlib.contextmanager
+def deny_reads(*urls: str) -> Iterator[None]:
+    """While active, downloading any of these gs:// or s3:// objects gets 403 from the emulator, as a store
+    answers a caller who lost read access; listing them and their metadata still work, and the objects
+    keep their generation / ETag (a permission change rewrites nothing)."""
+    names = {url.split("://", 1)[1] for url in urls}
+    _DENIED_READS.update(names)
+    try:
+        yield
+    finally:
+        _DENIED_READS.difference_update(names)
+
+
+def _install_gcs_read_denials() -> None:
+    """Make gcp-storage-emulator refuse media downloads of `_DENIED_READS` (before its routing, so the
+    routing table other helpers wrap is left as it is)."""
+    from urllib.parse import parse_qs, unquote, urlsplit
+
+    from gcp_storage_emulator import server
+
+    if getattr(server, "_lerobot_read_denials", False):
+        return
+    get = server.RequestHandler.do_GET
+    media = re.compile(r"^(?:/download)?(?:/storage/v1)?/b/(?P<bucket>[-.\w]+)/o/(?P<object>.+)$")
+
+    def do_get(handler):
+        url = urlsplit(handler.path)
+        found = media.fullmatch(url.path)
+        downloading = url.path.startswith("/download/") or parse_qs(url.query).get("alt") == ["media"]
+        if found and downloading and f"{found['bucket']}/{unquote(found['object'])}" in _DENIED_READS:
+            body = json.dumps({"error": {"code": 403, "message": "caller does not have storage.objects.get "
+                                         "access to the object"}}).encode()
+            handler.send_response(HTTPStatus.FORBIDDEN)
+            handler.send_header("Content-Type", "application/json")
+            handler.send_header("Content-Length", str(len(body)))
+            handler.end_headers()
+            handler.wfile.write(body)
+            return
+        get(handler)
+
+    server.RequestHandler.do_GET = do_get
+    server._lerobot_read_denials = True
+
+
+def _deny_s3_reads(app):
+    """moto's WSGI app behind a check: a GET of an object in `_DENIED_READS` gets S3's AccessDenied."""
+    from urllib.parse import unquote
+
+    def wrapped(environ, start_response):
+        name = unquote(environ.get("PATH_INFO", "")).lstrip("/")
+        if environ.get("REQUEST_METHOD") == "GET" and name in _DENIED_READS:
+            body = (b'<?xml version="1.0" encoding="UTF-8"?>\n<Error><Code>AccessDenied</Code>'
+                    b"<Message>Access Denied</Message></Error>")
+            start_response("403 Forbidden", [("Content-Type", "application/xml"),
+                                              ("Content-Length", str(len(body)))])
+            return [body]
+        return app(environ, start_response)
+
+    return wrapped
+
+
 def _quiet_disconnects(httpd) -> None:
     """Drop the traceback http.server prints when a client closes a ranged read early (harmless)."""
     if httpd is None:
@@ -127,6 +194,7 @@ def gcs_emulator() -> Iterator[str]:
     from gcp_storage_emulator.server import create_server
 
     _install_gcs_move_to()
+    _install_gcs_read_denials()
     for noisy in ("gcp_storage_emulator", "gcp_storage_emulator.server", "gcsfs"):
         logging.getLogger(noisy).setLevel(logging.CRITICAL)
     port = free_port()
@@ -150,6 +218,9 @@ def s3_emulator() -> Iterator[str]:
     port = free_port()
     server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
     server.start()
+    httpd = getattr(server, "_server", None)  # werkzeug's server: its `app` is what each request calls
+    if httpd is not None:
+        httpd.app = _deny_s3_reads(httpd.app)
     url = f"http://127.0.0.1:{port}"
     try:
         # Dummy credentials through the standard variables (botocore reads them); the endpoint

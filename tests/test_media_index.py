@@ -650,3 +650,81 @@ def test_read_never_scans_for_the_string_moov(h264_bytes):
         _read_bytes(h264_bytes).index.storage.to_pylist()
     moovless = _without(h264_bytes, b"moov") + fake
     _raises(moovless, "mp4_structure", "does not contain a moov box")
+
+
+# ---- media_index/ shards: one per MP4 folder, updated in place -------------------------------------------
+
+def test_shard_path_is_the_mp4_folder():
+    from transforms.episode.paths import media_index_shard_path
+    assert media_index_shard_path("videos/observation.images.top/chunk-003/file-012.mp4") == \
+        "media_index/videos/observation.images.top/chunk-003.parquet"
+    assert media_index_shard_path("cam.mp4") == "media_index/_root.parquet"
+    assert media_index_shard_path("videos/.hidden/file-000.mp4") == "media_index/videos/_.hidden.parquet"
+
+
+def _index_rows(n: int, version: str = "v1"):
+    from transforms.episode.media_index_table import IndexRow
+    folder = Path(__file__).parent / "data/lerobot/h264_multi_file/videos/observation.images.top"
+    mp4s = sorted(folder.glob("*/*.mp4"))[:n]
+    return [IndexRow(f"file:///ds/{i}-{p.parent.name}-{p.name}", p.stat().st_size, version,
+                     read_media_index(LOCAL, str(p)).index) for i, p in enumerate(mp4s)]
+
+
+def test_update_shard_carries_kept_rows_replaces_read_ones_and_drops_the_rest(tmp_path):
+    import pyarrow.parquet as pq
+    mit = _table_module()
+    out, shard = f"file://{tmp_path}", "media_index/videos/cam/chunk-000.parquet"
+    a, b, c = _index_rows(3)
+    first = mit.update_media_index_shard(out, shard, [c, a, b], keep=frozenset())
+    path = tmp_path / shard
+    assert (first.action, first.record.rows, first.record.bytes) == ("written", 3, path.stat().st_size)
+    assert pq.read_table(path).column("uri").to_pylist() == [a.uri, b.uri, c.uri]  # sorted, one row group each
+    assert pq.ParquetFile(path).metadata.num_row_groups == 3
+    mtime = path.stat().st_mtime_ns
+    same = mit.update_media_index_shard(out, shard, [], keep=frozenset({a.uri, b.uri, c.uri}))
+    assert (same.action, same.record) == ("unchanged", first.record) and path.stat().st_mtime_ns == mtime
+    newer = dataclasses_replace(b, size=b.size + 16, version="v2")
+    changed = mit.update_media_index_shard(out, shard, [newer], keep=frozenset({a.uri}))  # c is gone
+    table = pq.read_table(path)
+    assert changed.action == "written" and changed.record.rows == 2
+    assert list(zip(*(table.column(k).to_pylist() for k in ("uri", "size", "version")))) == [
+        (a.uri, a.size, "v1"), (b.uri, b.size + 16, "v2")]
+    assert table.column("index").combine_chunks().storage.to_pylist() == \
+        pa.concat_arrays([a.index, b.index]).storage.to_pylist()  # the carried row's index, unchanged
+    assert mit.update_media_index_shard(out, shard, [], keep=frozenset()).action == "emptied"
+    rows = mit.ShardRows(out)
+    found = rows.get(shard, a.uri)
+    assert (found.size, found.version) == (a.size, "v1") and rows.get(shard, c.uri) is None
+
+
+def dataclasses_replace(row, **changes):
+    import dataclasses
+    return dataclasses.replace(row, **changes)
+
+
+def _table_module():
+    """transforms.episode.media_index_table (the package exports a function of that name)."""
+    import importlib
+    return importlib.import_module("transforms.episode.media_index_table")
+
+
+def test_plan_reads_only_new_or_changed_mp4s_and_touches_only_their_shards():
+    mit = _table_module()
+    old = {"videos/a/chunk-000/file-000.mp4": "1:m=1", "videos/a/chunk-000/file-001.mp4": "1:m=1",
+           "videos/b/chunk-000/file-000.mp4": "1:m=1", "videos/b/chunk-001/file-000.mp4": "1:m=1"}
+    now = {**old, "videos/a/chunk-000/file-001.mp4": "2:m=2", "videos/a/chunk-001/file-000.mp4": "1:m=3"}
+    del now["videos/b/chunk-001/file-000.mp4"]  # no episodes file names it any more
+    previous = mit.PreviousMediaIndex(old, (mit.ShardRecord("media_index/videos/b/chunk-000.parquet", 1, 1, "x"),))
+    plan = mit.plan_media_index(now, ["videos/a/chunk-000/file-001.mp4", "videos/a/chunk-001/file-000.mp4",
+                                      "videos/a/chunk-000/file-000.mp4"], now.__getitem__, previous,
+                                dataset_file=lambda rel: "root/" + rel)
+    assert plan.to_read == {"videos/a/chunk-000/file-001.mp4", "videos/a/chunk-001/file-000.mp4"}
+    assert plan.carried == {"videos/a/chunk-000/file-000.mp4", "videos/b/chunk-000/file-000.mp4"}
+    assert plan.touched == {"media_index/videos/a/chunk-000.parquet": {"root/videos/a/chunk-000/file-000.mp4"},
+                            "media_index/videos/a/chunk-001.parquet": set(),
+                            "media_index/videos/b/chunk-001.parquet": set()}
+    assert plan.kept_shards == previous.shards
+    forced = mit.plan_media_index(now, now, now.__getitem__, previous, dataset_file=str, force=True)
+    assert forced.carried == set() and forced.to_read == set(now) and forced.kept_shards == ()
+    inline = mit.plan_media_index(now, now, now.__getitem__, previous, dataset_file=str, inline_index=True)
+    assert inline.to_read == set(now) and inline.touched == {}

@@ -15,6 +15,7 @@ from tests.bench.bench_incremental import DATA_BYTES_PER_FRAME, write_metadata_d
 from tests.dataset_factory import DATA_PATH, EPISODES_PATH
 from tests.helpers import SAMPLE, copy_dataset, run_import
 from transforms import lease
+from transforms.episode import paths
 from transforms.lerobot import sources
 
 OPTIONS = plan.output_options(plan.PlanSettings())
@@ -34,7 +35,8 @@ def _record_import(p: plan.DatasetPlan, out: Path, *, ratio: float = 0.5) -> dic
                                "episodes": f.episodes, "data_bytes": f.data_bytes,
                                "bytes": int(f.data_bytes * ratio), **f.sources.to_manifest()} for f in p.files}
     doc = {"dataset": p.dataset, "options": p.options, "status": "imported", "episodes_files": files,
-           "video_versions": p.video_versions}
+           "video_versions": p.video_versions, "media_index_layout": paths.MEDIA_INDEX_LAYOUT,
+           "media_index_files": []}
     out.mkdir(parents=True, exist_ok=True)
     (out / "manifest.json").write_text(json.dumps(doc))
     return doc

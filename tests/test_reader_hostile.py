@@ -63,18 +63,18 @@ def replace_uris(out: Path, fn: Callable[[str], str]) -> None:
             return pa.array([None if u is None else fn(u) for u in arr.to_pylist()], arr.type)
         return arr
 
-    for part in sorted(out.glob("episodes/**/*.parquet")) + sorted(out.glob("media_index/*.parquet")):
+    for part in sorted(out.glob("episodes/**/*.parquet")) + sorted(out.glob("media_index/**/*.parquet")):
         table = pq.read_table(part)
         for i, name in enumerate(table.column_names):
             if name in ("videos", "uri"):
                 table = table.set_column(i, table.schema.field(i), rebuild(table.column(i).combine_chunks(), name))
-        in_index = part.parent.name == "media_index"
+        in_index = part.relative_to(out).parts[0] == "media_index"
         pq.write_table(table.sort_by("uri") if in_index else table, part, row_group_size=1 if in_index else None)
 
 
 def edit_index(out: Path, fn: Callable[[dict], None]) -> None:
     """Apply `fn` to the primary track (as a Python dict) of every MediaIndex in media_index/."""
-    for part in sorted(out.glob("media_index/*.parquet")):
+    for part in sorted(out.glob("media_index/**/*.parquet")):
         table = pq.read_table(part)
         index = table.column("index").combine_chunks()
         rows = index.storage.to_pylist()

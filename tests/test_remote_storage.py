@@ -35,7 +35,10 @@ SAMPLE_FILES = len(SAMPLE_PATHS)
 EPISODES_FILE = "meta/episodes/chunk-000/file-000.parquet"
 #: Manifest fields that differ between two imports of the same files from different places.
 RUN_SPECIFIC = (("dataset",), ("started_at",), ("finished_at",), ("run_id",), ("source", "sha256"),
-                ("totals", "bytes"), ("episodes_files", EPISODES_FILE, "bytes"))
+                ("totals", "bytes"), ("episodes_files", EPISODES_FILE, "bytes"),
+                ("episodes_files", EPISODES_FILE, "run_id"))
+#: media_index/ shards, one per folder of MP4s
+SHARDS = {f"media_index/videos/observation.images.{cam}/chunk-000.parquet" for cam in ("front", "wrist")}
 
 
 @dataclass
@@ -108,6 +111,11 @@ def rewrite_uris(value, old: str, new: str, seen: list):
     return value
 
 
+def _videos(root: str) -> set[str]:
+    """The sample's two MP4s under `root`."""
+    return {f"{root}/videos/observation.images.{cam}/chunk-000/file-000.mp4" for cam in ("front", "wrist")}
+
+
 def blank(doc: dict, fields) -> None:
     """Set each field (a key path) that `doc` has to None."""
     for path in fields:
@@ -136,7 +144,7 @@ def test_bucket_to_bucket_import_matches_local(store: Store, layout: str, local_
              if p.is_file() and not p.name.startswith(".lease.json")}
     expected_files = {"episodes/chunk-000/file-000.parquet", "errors.jsonl", "manifest.json"}
     if layout == "default":
-        expected_files.add("media_index/part-00000.parquet")
+        expected_files |= SHARDS
     assert set(local) == expected_files
     assert set(remote) == expected_files  # and no temporary names left behind
 
@@ -149,6 +157,9 @@ def test_bucket_to_bucket_import_matches_local(store: Store, layout: str, local_
             l_schema, l_groups, l_table = parquet_view(local[rel])
             assert r_schema.equals(l_schema, check_metadata=True), rel
             assert r_groups == l_groups, rel
+            if rel in SHARDS:  # a row's version is its MP4's storage token: generation / ETag vs mtime
+                assert r_table.column("version")[0].as_py().startswith(f"{r_table.column('size')[0].as_py()}:")
+                r_table, l_table = r_table.drop_columns(["version"]), l_table.drop_columns(["version"])
             assert rewrite_uris(rows(r_table), remote_root, local_root, uris_seen) == rows(l_table), rel
         elif rel == "manifest.json":
             r_doc, l_doc = json.loads(remote[rel]), json.loads(local[rel])
@@ -170,13 +181,17 @@ def test_bucket_to_bucket_import_matches_local(store: Store, layout: str, local_
             # The source fingerprint hashes storage versions (mtime / generation / ETag); files and
             # bytes must agree.
             assert r_doc["source"]["files"] == l_doc["source"]["files"] == SAMPLE_FILES
-            for doc in (r_doc, l_doc):
+            for doc, files in ((r_doc, remote), (l_doc, local)):
+                for shard in doc["media_index_files"]:  # sizes and digests differ with the URIs inside
+                    assert shard["sha256"] == hashlib.sha256(files[shard["path"]]).hexdigest()
+                    shard["bytes"] = shard["sha256"] = None
+                assert sorted(doc["video_versions"]) == sorted(v[len(remote_root) + 1:] for v in _videos(remote_root))
+                doc["video_versions"] = None  # storage tokens (mtime / generation / ETag)
                 blank(doc, RUN_SPECIFIC)
             assert r_doc == l_doc
         else:
             assert remote[rel] == local[rel], rel
 
     # Both cameras' MP4s are referenced by their bucket URIs (in the parts, and in media_index/).
-    videos = {f"{remote_root}/videos/observation.images.{cam}/chunk-000/file-000.mp4" for cam in ("front", "wrist")}
-    assert set(uris_seen) == videos
+    assert set(uris_seen) == _videos(remote_root)
 

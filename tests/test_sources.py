@@ -196,6 +196,22 @@ def test_changed_video_files(tmp_path):
     assert sources.changed_video_files(listing, src.video_files, recorded) == (src.video_files[1],)
 
 
+def test_an_unchanged_file_whose_mp4_index_is_not_recorded_is_imported(tmp_path):
+    """Its MP4 is read again only by importing a file that uses it; an older output layout redoes all."""
+    root = copy_dataset(SAMPLE, tmp_path / "so101")
+    scanned = sources.scan_dataset(str(root), OPTIONS)
+    (src,) = scanned.files
+    tokens = sources.video_versions(scanned.listing, src.video_files)
+    previous = _manifest(scanned)
+    (same,) = sources.decide(scanned.files, previous, recorded_videos=tokens, video_tokens=tokens)
+    assert (same.action, same.reason) == (UNCHANGED, "unchanged")
+    partial = {src.video_files[0]: tokens[src.video_files[0]]}  # the other MP4's row was never written
+    (again,) = sources.decide(scanned.files, previous, recorded_videos=partial, video_tokens=tokens)
+    assert (again.action, again.reason) == (IMPORT, "MP4 index not recorded")
+    (older,) = sources.decide(scanned.files, previous, rebuild="older media_index layout")
+    assert (older.action, older.reason) == (IMPORT, "older media_index layout")
+
+
 @pytest.fixture
 def memory_root(tmp_path):
     fs = fsspec.filesystem("memory")

@@ -18,7 +18,7 @@ from transforms.lerobot import sources
 
 PART = "episodes/chunk-000/file-000.parquet"
 EPISODES_FILE = "meta/episodes/chunk-000/file-000.parquet"
-INDEX = "media_index/part-00000.parquet"
+INDEX = "media_index/videos/observation.images.front/chunk-000.parquet"  # one shard per folder of MP4s
 
 
 @pytest.fixture(scope="module")
@@ -51,9 +51,9 @@ def _edit_manifest(out: Path, edit) -> None:
 
 def test_a_sound_import_verifies(out, capsys):
     (report,) = verify.verify(str(out))
-    assert report.ok and report.parts == 1 and report.checksums == 1 and report.media_index_files == 1
+    assert report.ok and report.parts == 1 and report.checksums == 1 and report.media_index_files == 2
     assert verify.run([str(out)]) == 0
-    assert capsys.readouterr().out == f"file://{out}: ok - 1 parts (1 checksums), 1 media_index files\n"
+    assert capsys.readouterr().out == f"file://{out}: ok - 1 parts (1 checksums), 2 media_index files\n"
 
 
 def test_truncated_part(out, capsys):
@@ -96,6 +96,24 @@ def test_media_index_and_errors_file(out):
     with open(out / "errors.jsonl", "a") as f:
         f.write('{"rule": "io"}\n')
     assert _problems(out) == [("errors.jsonl", "errors"), (INDEX, "missing")]
+
+
+def test_media_index_shard_against_its_record(out):
+    """Shards are checked as parts are: size, sha256 and rows as the manifest records them."""
+    shard = out / INDEX
+    size = shard.stat().st_size
+    shard.write_bytes(shard.read_bytes()[: size - 10])
+    (report,) = verify.verify(str(out))
+    assert [(p.path, p.kind) for p in report.problems] == [(INDEX, "size"), (INDEX, "unreadable")]
+    assert report.problems[0].message == (f"media_index shard: {size - 10} bytes, the manifest records {size}: "
+                                          "truncated or rewritten since the import")
+    table = pq.read_table(out / "media_index/videos/observation.images.wrist/chunk-000.parquet")
+    pq.write_table(table, shard, row_group_size=1, compression="zstd", use_compliant_nested_type=False)
+    _edit_manifest(out, lambda doc: [r.update(bytes=shard.stat().st_size, rows=table.num_rows)
+                                     for r in doc["media_index_files"] if r["path"] == INDEX])
+    (report,) = verify.verify(str(out))
+    assert [(p.path, p.kind) for p in report.problems] == [(INDEX, "checksum")]
+    assert "the content changed since the import" in report.problems[0].message
 
 
 def test_row_count_against_the_record(out):

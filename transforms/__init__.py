@@ -10,5 +10,6 @@ pure and never imports Beam:
     transforms.language   language annotations, training recipes and their rendering
     transforms.reader     reading an import back: ImportReader, Episode, frame seeks
     transforms.errors, transforms.storage   the shared ground floor (error family, fsspec I/O)
+    transforms.hub        hf://datasets/... roots (ground floor, reached through storage): commits, range reads
     transforms.lease      a lease on an output root, so overlapping runs never write one output
 """

@@ -79,6 +79,8 @@ RULES: dict[str, str] = {
     "url": "a URL names a filesystem that is unknown or not installed, or chains filesystems with `::`",
     "not_a_file": "a dataset path names a FIFO, device, socket or folder where a regular file must be",
     "limit": "a file or a value passes a limit that bounds the import's memory and time (named in the message)",
+    "hub_access": "a Hugging Face Hub dataset does not exist, or is private or gated and the token cannot read it",
+    "hub_revision": "a Hugging Face Hub dataset has no such branch, tag or commit",
 }
 
 

@@ -4,8 +4,9 @@
       ─► CheckDatasets       skip an unchanged dataset; list its episodes files (or fail it as a whole)
       ─► PlanEpisodesFiles   read each episodes file: parts of whole episodes, their MP4 uses, the
                              dataset-wide duplicate check, and quirks worth a warning
-      ─► ReadMp4Facts        read each MP4's moov once: its facts for every part that uses it, and
-                             the media_index/ table
+      ─► ReadMp4Facts        read each new or changed MP4's moov once (an unchanged one's row is
+                             carried): its facts for every part that uses it; update only the
+                             media_index/ shards that gain, change or lose a row
       ─► WriteParts          per part: read only the data-file row groups its episodes need, type
                              the frames, write the part under a temporary name
       ─► CommitEpisodesFiles per episodes file: move all its parts into place, or none
@@ -25,8 +26,9 @@ from typing import Iterable, Iterator, NamedTuple, Optional, Sequence
 
 import apache_beam as beam
 
-from transforms import storage
+from transforms import hub, storage
 from transforms.episode import paths, quirks
+from transforms.episode.media_index_table import MediaIndexPlan, decide_run
 from transforms.episode.outcomes import failed_file
 from transforms.episode.quirks import ClipSpan, WarningRecord
 from transforms.errors import LeRobotImportError
@@ -36,7 +38,8 @@ from transforms.lerobot import sources
 from transforms.lerobot.dataset import check_dataset, list_episodes_files
 from transforms.lerobot.info import EPISODES_DIR, DatasetInfo
 from transforms.media_files import ReadMp4Facts
-from transforms.messages import (ClipUse, DatasetReport, FileInputs, ImportConfig, KeptFile, PartHeader, PartInputs,
+from transforms.messages import (ClipUse, DatasetReport, FileInputs, ImportConfig, KeptFile, Mp4Version, PartHeader,
+                                 PartInputs, ShardTouch,
                                  error_record, internal_record, load_info)
 from transforms.safety_net import NAMESPACE, counter, guarded
 from transforms.write_outputs import CommitEpisodesFiles, FinishDatasets, WriteParts
@@ -44,6 +47,14 @@ from transforms.write_outputs import CommitEpisodesFiles, FinishDatasets, WriteP
 __all__ = ["NAMESPACE", "ImportLeRobotDatasets", "CheckDatasets", "PlanEpisodesFiles"]
 
 _LOG = logging.getLogger(__name__)
+
+
+def _count_hub_retry() -> None:
+    counter("hub_retries").inc()  # counted for the step whose read was retried (a no-op outside a step)
+
+
+# A Hub request retried (rate limit, server error, timeout) shows as the `hub_retries` counter.
+hub.add_retry_listener(_count_hub_retry)
 
 
 class ImportLeRobotDatasets(beam.PTransform):
@@ -64,7 +75,8 @@ class ImportLeRobotDatasets(beam.PTransform):
         config = self._config
         datasets = roots | "CheckDatasets" >> CheckDatasets(config)
         plans = datasets.episodes_files | "PlanEpisodesFiles" >> PlanEpisodesFiles(config)
-        mp4s = plans.clip_uses | "ReadMp4Facts" >> ReadMp4Facts(config)
+        mp4s = ((plans.clip_uses, datasets.mp4_versions, datasets.shard_touches)
+                | "ReadMp4Facts" >> ReadMp4Facts(config))
         parts = ((plans.to_parts, mp4s.to_parts)
                  | "ToParts" >> beam.Flatten()
                  | "WriteParts" >> WriteParts(config))
@@ -85,6 +97,8 @@ class CheckedDatasets(NamedTuple):
     episodes_files: beam.PCollection  # (root, episodes file): the episodes files of those datasets
     reports: beam.PCollection  # (root, DatasetReport): each dataset imported (its fingerprint), or why it
     #                            failed before its episodes files were read
+    mp4_versions: beam.PCollection  # ((root, MP4), Mp4Version): each MP4 the files to import use
+    shard_touches: beam.PCollection  # ((root, media_index shard), ShardTouch): the shards that may change
 
 
 class CheckDatasets(beam.PTransform):
@@ -94,7 +108,9 @@ class CheckDatasets(beam.PTransform):
     appears in no output); `--force` imports it anyway. Of the others, only the episodes files whose
     sources changed since the output's last import (or that are new, or failed then) go on to be
     planned; the unchanged and the removed ones are reported to the finish step, which carries or
-    deletes their output. The datasets are checked as a person would (the
+    deletes their output. It also decides, per MP4, whether its media_index/ row is carried (unchanged
+    since the last run) or read again, and which shards may change: the MP4 step and the shard writer
+    are told (`mp4_versions`, `shard_touches`). The datasets are checked as a person would (the
     root exists, holds meta/info.json, which parses, says v3.x, and episodes files are listed). A
     dataset that fails before any episodes file is found (no root, no episodes files, v2.x, an
     unexpected error) fails as a whole: one failure, "0 episodes files".
@@ -110,9 +126,11 @@ class CheckDatasets(beam.PTransform):
         self._config = config
 
     def expand(self, roots):
-        checked = roots | "Check" >> guarded(_CheckDataset(self._config), "reports", main="episodes_files")
+        checked = roots | "Check" >> guarded(_CheckDataset(self._config), "reports", "mp4_versions", "shard_touches",
+                                             main="episodes_files")
         bugs = checked.bad | "CheckBugs" >> beam.Map(_check_bug)
-        return CheckedDatasets(checked.episodes_files, (checked.reports, bugs) | "CheckReports" >> beam.Flatten())
+        return CheckedDatasets(checked.episodes_files, (checked.reports, bugs) | "CheckReports" >> beam.Flatten(),
+                               checked.mp4_versions, checked.shard_touches)
 
 
 class _CheckDataset(beam.DoFn):
@@ -140,15 +158,17 @@ class _CheckDataset(beam.DoFn):
                 failure = error_record(ex, dataset=root, episodes_file=None)
                 yield beam.pvalue.TaggedOutput("reports", (root, DatasetReport(failures=(failure,))))
                 return
-        report, leave = self._decide(root, previous)
+        report, leave, media = self._decide(root, previous)
         yield beam.pvalue.TaggedOutput("reports", (root, report))
         for rel in files:
             if rel not in leave:
                 yield root, rel
+        if media is not None:
+            yield from _media_messages(root, media)
 
     def _previous_manifest(self, root: str) -> Optional[dict]:
-        """The output's manifest when it was written with the options of this run, else None (an
-        unreadable manifest is no proof of anything: everything is imported again)."""
+        """The output's manifest when it was written with the options of this run from this dataset root,
+        else None (an unreadable manifest is no proof of anything: everything is imported again)."""
         try:
             raw = storage.optional_read(storage.join(self._config.output_of(root), paths.MANIFEST))
             previous = json.loads(raw) if raw else None
@@ -156,37 +176,55 @@ class _CheckDataset(beam.DoFn):
             return None
         if not isinstance(previous, dict) or previous.get("options") != self._config.output_options():
             return None
+        if previous.get("dataset") is not None and not storage.same_dataset(str(previous["dataset"]), root):
+            return None  # the output names another dataset's files (its clips' URIs): nothing carries over
         return previous
 
-    def _decide(self, root: str, previous: Optional[dict]) -> tuple[DatasetReport, frozenset[str]]:
-        """The sources of each episodes file, and which ones this run leaves alone (unchanged or removed).
-
-        An unchanged file that uses MP4s is imported again all the same: the media_index/ table is
-        rebuilt whole from the MP4s of the files imported, so its MP4s must be among them."""
+    def _decide(self, root: str, previous: Optional[dict]
+                ) -> tuple[DatasetReport, frozenset[str], Optional[MediaIndexPlan]]:
+        """The sources of each episodes file, which ones this run leaves alone (unchanged or removed),
+        and what it does with the MP4s and media_index/ shards (None: it cannot tell, and imports all)."""
         try:
             scanned = sources.scan_dataset(root, self._config.output_options(), previous_manifest=previous)
         except Exception as ex:  # noqa: BLE001 - knowing what changed only saves work: the import itself
             # meets whatever broke here (an info.json too deep to parse, an unreadable file) and reports it
             _LOG.warning("cannot tell which episodes files of %s changed (%s); importing them all", root, ex)
-            return DatasetReport(), frozenset()
+            return DatasetReport(), frozenset(), None
         current = tuple(dataclasses.replace(f, rows=None) for f in scanned.files)
+        decisions, media = decide_run(
+            current, previous, scanned.listing.token, dataset_file=lambda rel: storage.join(root, rel),
+            inline_index=self._config.inline_index, force=self._config.force)
         kept = []
-        for d in sources.decide(current, previous, force=self._config.force):
-            if d.action == sources.IMPORT or (d.action == sources.UNCHANGED and d.sources.video_files):
+        for d in decisions:
+            if d.action == sources.IMPORT:
                 continue
             entry = {"run_id": previous.get("run_id"), **d.previous}  # one without was written by that run
             kept.append(KeptFile(d.episodes_file, d.action == sources.REMOVED, json.dumps(entry)))
         if kept:
             _LOG.info("%s: %d episodes files unchanged or removed since the last import", root, len(kept))
-        return (DatasetReport(file_sources=current, kept=tuple(kept), warnings=_kept_warnings(root, previous, kept)),
-                frozenset(k.episodes_file for k in kept))
+        carried = tuple((rel, media.tokens[rel]) for rel in sorted(media.carried))
+        report = DatasetReport(file_sources=current, kept=tuple(kept), warnings=_kept_warnings(root, previous, kept),
+                               index_kept=media.kept_shards, video_versions=carried)
+        return report, frozenset(k.episodes_file for k in kept), media
 
     def _up_to_date(self, root: str, source: dataset_fingerprint.Fingerprint, previous: Optional[dict]) -> bool:
         if previous is None or not dataset_fingerprint.up_to_date(previous, source, self._config.output_options()):
             return False
+        if previous.get("media_index") and previous.get("media_index_layout") != paths.MEDIA_INDEX_LAYOUT:
+            return False  # an output of an older media_index/ layout is imported again once
         _LOG.info("%s is unchanged since its import of %s: skipped (--force redoes it)", root,
                   previous.get("finished_at"))
         return True
+
+
+def _media_messages(root: str, media: MediaIndexPlan) -> Iterator:
+    """To the MP4 step: each MP4 an imported file uses, with its token and whether its row is carried;
+    to the shard writer: each shard that may change, with the URIs whose old rows stay."""
+    for rel in sorted(media.used):
+        known = Mp4Version(media.tokens[rel], rel in media.carried, rel in media.shared)
+        yield beam.pvalue.TaggedOutput("mp4_versions", ((root, rel), known))
+    for shard, keep in media.touched.items():
+        yield beam.pvalue.TaggedOutput("shard_touches", ((root, shard), ShardTouch(keep)))
 
 
 def _kept_warnings(root: str, previous: Optional[dict], kept: Sequence[KeptFile]) -> tuple[WarningRecord, ...]:

@@ -1,11 +1,13 @@
-"""The import's MP4 step: read each MP4 a dataset's clips use once, and write the media_index/ table.
+"""The import's MP4 step: read each MP4 a dataset's clips use once, and update the media_index/ shards.
 
-    clip uses ─► group by MP4 ─► read its head and moov (range reads) ─► per part that uses it:
-                                 the file's facts (URI, size, MediaIndex when inline), or the failure
-                               ─► (dataset, uri, size, MediaIndex) ─► media_index/ parts, by URI
+    clip uses + Mp4Version ─► group by MP4 ─► read its head and moov (range reads), or take its row from
+                              the old shard when it is unchanged since the last run ─► per part that
+                              uses it: the file's facts (URI, size, MediaIndex when inline), or the failure
+                            ─► rows read + ShardTouch ─► group by shard ─► rewrite only the shards that
+                              gain, change or lose a row
 
-Each MP4 is read once, whatever the number of episodes in it. The table logic itself is pure and
-lives in `transforms.episode.media_index_table`.
+Each MP4 is read once, whatever the number of episodes in it, and not at all when its row is carried.
+The table logic itself is pure and lives in `transforms.episode.media_index_table`.
 """
 
 from __future__ import annotations
@@ -20,13 +22,14 @@ import pyarrow as pa
 from transforms import storage
 from transforms.episode import quirks
 from transforms.episode.clips import VideoFile
-from transforms.episode.media_index_table import assign_shards, write_media_index_part
-from transforms.episode.paths import media_index_part_path
+from transforms.episode.quirks import ClipSpan
+from transforms.episode.media_index_table import FAILED, IndexRow, ShardOutcome, ShardRows, update_media_index_shard
+from transforms.episode.paths import media_index_shard_path
 from transforms.errors import LeRobotImportError
 from transforms.lerobot import hints
 from transforms.lerobot.info import INDEXED_CODECS
-from transforms.messages import (ClipUse, DatasetReport, ImportConfig, MediaIndexRow, PartInputs, PartVideo,
-                                 VideoFailure, error_record, internal_record)
+from transforms.messages import (ClipUse, DatasetReport, ImportConfig, MediaIndexRow, Mp4Version, PartInputs,
+                                 PartVideo, ShardTouch, VideoFailure, error_record, internal_record)
 from transforms.safety_net import counter, guarded
 
 _LOG = logging.getLogger(__name__)
@@ -99,35 +102,47 @@ class Mp4Facts(NamedTuple):
     """What the MP4 step tells the others, keyed for where each goes."""
 
     to_parts: beam.PCollection  # (part key, PartInputs): the MP4's facts, or why a part using it fails
-    reports: beam.PCollection  # (dataset, DatasetReport): media_index parts, warnings, unusable MP4s
+    reports: beam.PCollection  # (dataset, DatasetReport): media_index shards, MP4 tokens, warnings, unusable MP4s
 
 
 class ReadMp4Facts(beam.PTransform):
-    """Read every MP4 the clips use, once each; write the media_index/ table.
+    """Read every MP4 the clips use, once each, unless its media_index/ row is carried; update the shards.
 
     Args:
         config: the run's configuration.
 
-    Input: ((dataset, MP4 path), ClipUse), one per part and MP4. Returns: `Mp4Facts`. An MP4 whose
-    reading raised unexpectedly fails the parts that use it with rule `internal`.
+    Input: ((dataset, MP4 path), ClipUse), one per part and MP4; or the tuple (those clip uses, ((dataset,
+    MP4 path), Mp4Version) from the check step, ((dataset, shard), ShardTouch) from the check step). An
+    MP4 without an Mp4Version is read (its row carries no token, so the next run reads it again).
+    Returns: `Mp4Facts`. An MP4 whose reading raised unexpectedly fails the parts that use it with rule
+    `internal`.
     """
 
     def __init__(self, config: ImportConfig) -> None:
         super().__init__()
         self._config = config
 
-    def expand(self, clip_uses):
-        read = (clip_uses
+    def expand(self, inputs):
+        if isinstance(inputs, tuple):
+            clip_uses, versions, touches = inputs
+            by_mp4 = (clip_uses, versions) | "WithVersions" >> beam.Flatten()
+        else:
+            by_mp4, touches = inputs, None
+        read = (by_mp4
                 | "GroupByMp4" >> beam.GroupByKey()
                 | "ReadMp4s" >> guarded(_ReadMp4File(self._config), "index_rows", "reports", main="to_parts"))
         bugs = read.bad | "Mp4Bugs" >> beam.FlatMap(_mp4_bug)
-        index_files = read.index_rows | "WriteMediaIndex" >> WriteMediaIndex(self._config)
+        rows = read.index_rows | "KeyByShard" >> beam.Map(lambda r: ((r.dataset, r.shard), r))
+        if touches is not None:
+            rows = (rows, touches) | "WithTouches" >> beam.Flatten()
+        index_files = rows | "WriteMediaIndex" >> WriteMediaIndex(self._config)
         return Mp4Facts((read.to_parts, bugs) | "Mp4ToParts" >> beam.Flatten(),
                         (read.reports, index_files) | "Mp4Reports" >> beam.Flatten())
 
 
 class _ReadMp4File(beam.DoFn):
-    """((dataset, MP4), its ClipUses) -> the file's facts for each part, or the failure for each part."""
+    """((dataset, MP4), its ClipUses and Mp4Version) -> the file's facts for each part, or the failure for
+    each part; the row read for media_index/ (not for a carried row); the MP4's token."""
 
     def __init__(self, config: ImportConfig) -> None:
         self._config = config
@@ -135,19 +150,28 @@ class _ReadMp4File(beam.DoFn):
     def setup(self) -> None:
         self._files, self._bytes, self._requests = counter("mp4_files"), counter("mp4_bytes_read"), \
             counter("mp4_read_requests")
+        self._carried = counter("media_index_rows_carried")
 
     def start_bundle(self) -> None:
         self._listings: dict = {}  # folder listings, for the hints of missing files
+        self._shards: dict[str, ShardRows] = {}  # per output root: old shards' footers, read once
 
-    def process(self, element: tuple[tuple[str, str], Iterable[ClipUse]]) -> Iterator:
-        (root, rel), uses = element
-        uses = list(uses)
+    def process(self, element: tuple[tuple[str, str], Iterable]) -> Iterator:
+        (root, rel), values = element
+        uses = [v for v in values if isinstance(v, ClipUse)]
+        if not uses:
+            return  # an MP4 only unchanged episodes files use: nothing to tell
+        known = next((v for v in values if isinstance(v, Mp4Version)), Mp4Version(""))
         first_episode: dict[tuple, int] = {}
         for use in uses:
             first_episode[use.part] = min(use.first_episode, first_episode.get(use.part, use.first_episode))
+        build_index = any(u.codec in INDEXED_CODECS for u in uses)
+        facts = self._carried_facts(root, rel) if known.carried and build_index else None
+        read = facts is None
         try:
-            facts = read_video_file(root, rel, build_index=any(u.codec in INDEXED_CODECS for u in uses),
-                                    declared=uses[0].codec, listings=self._listings)
+            if read:
+                facts = read_video_file(root, rel, build_index=build_index, declared=uses[0].codec,
+                                        listings=self._listings)
         except LeRobotImportError as ex:
             for part in sorted(first_episode):
                 failure = LeRobotImportError(ex.rule, ex.message, file=ex.file, episode_index=first_episode[part])
@@ -155,40 +179,73 @@ class _ReadMp4File(beam.DoFn):
             unusable = VideoFailure(root, uses[0].camera, rel, ex.rule)
             yield beam.pvalue.TaggedOutput("reports", (root, DatasetReport(mp4_failures=(unusable,))))
             return
-        self._files.inc()
-        self._bytes.inc(facts.reads.bytes_read)
-        self._requests.inc(facts.reads.requests)
+        if read:
+            self._files.inc()
+            self._bytes.inc(facts.reads.bytes_read)
+            self._requests.inc(facts.reads.requests)
         inputs = PartInputs(videos=(PartVideo(rel, facts.video_file(inline_index=self._config.inline_index)),))
         for part in sorted(first_episode):
             yield part, inputs
-        if facts.index is not None and not self._config.inline_index:
-            yield beam.pvalue.TaggedOutput("index_rows", MediaIndexRow(root, facts.uri, facts.size, facts.index))
-        warnings = _file_warnings(root, rel, uses, facts)
-        if warnings:
-            yield beam.pvalue.TaggedOutput("reports", (root, DatasetReport(warnings=tuple(warnings))))
+        if read and facts.index is not None and not self._config.inline_index:
+            yield beam.pvalue.TaggedOutput("index_rows", MediaIndexRow(root, rel, facts.uri, facts.size, known.token,
+                                                                       facts.index))
+        report = DatasetReport(warnings=tuple(_file_warnings(root, rel, uses, facts, shared=known.shared)),
+                               video_versions=((rel, known.token),) if read else ())
+        if report.warnings or report.video_versions:
+            yield beam.pvalue.TaggedOutput("reports", (root, report))
+
+    def _carried_facts(self, root: str, rel: str) -> Optional[VideoFacts]:
+        """The facts of an unchanged MP4 from its row in the old shard (no read of the MP4), or None when
+        the row is not there (then the MP4 is read, and its shard rewritten with the row)."""
+        if self._config.inline_index:
+            return None
+        out = self._config.output_of(root)
+        shards = self._shards.setdefault(out, ShardRows(out))
+        uri = storage.join(root, rel)
+        try:
+            row = shards.get(media_index_shard_path(rel), uri)
+        except (OSError, ValueError, pa.ArrowException) as ex:
+            _LOG.warning("cannot read the media_index row of %s from the last import (%s); reading the MP4", rel, ex)
+            return None
+        if row is None:
+            return None
+        self._carried.inc()
+        return VideoFacts(row.uri, row.size, row.index, codec=quirks.index_codec(row.index))
 
 
-def _file_warnings(root: str, rel: str, uses: list[ClipUse], facts: VideoFacts) -> list:
-    """Quirks of one MP4 that import fine: clips off its frame timeline, another codec than declared."""
+def _file_warnings(root: str, rel: str, uses: list[ClipUse], facts: VideoFacts, *, shared: bool = False) -> list:
+    """Quirks of one MP4 that import fine: clips off its frame timeline, another codec than declared.
+
+    When episodes files this run leaves alone have clips in the MP4 too (`shared`), the clips seen are
+    checked against each other from the first of them on: the frames before it belong to clips not seen
+    (whose own warnings the last run recorded and the manifest keeps)."""
     spans = [c for use in uses for c in use.clips]
-    out = quirks.start_drift_warnings(root, rel, spans, uses[0].fps)
+    fps = uses[0].fps
+    if shared and spans and fps and fps > 0:
+        first = min(spans, key=lambda c: (c.from_timestamp, c.episode_index))
+        before = ClipSpan(first.episodes_file, -1, 0.0, first.from_timestamp, round(first.from_timestamp * fps))
+        spans.append(before)  # stands for the clips not seen: the frames before the first one seen
+    out = [w for w in quirks.start_drift_warnings(root, rel, spans, fps) if w.episode_index != -1]
     codec = quirks.codec_warning(root, rel, uses[0].camera, uses[0].codec, facts.codec)
     return out + ([codec] if codec else [])
 
 
 def _mp4_bug(bad) -> Iterator[tuple[tuple, PartInputs]]:
-    ((root, rel), uses), exc_info = bad
+    ((root, rel), values), exc_info = bad
     _LOG.error("reading video file %s of %s failed unexpectedly: %s", rel, root, exc_info[1])
     first: dict[tuple, int] = {}
-    for use in uses:
-        first[use.part] = min(use.first_episode, first.get(use.part, use.first_episode))
+    for use in values:
+        if isinstance(use, ClipUse):
+            first[use.part] = min(use.first_episode, first.get(use.part, use.first_episode))
     for part, episode in sorted(first.items()):
         bug = internal_record(exc_info, dataset=root, episodes_file=part[1], file=rel, episode_index=episode)
         yield part, PartInputs(failures=(bug,))
 
 
 class WriteMediaIndex(beam.PTransform):
-    """MediaIndexRow -> (dataset, DatasetReport naming the part written): each dataset's rows in parts by URI.
+    """((dataset, shard), MediaIndexRow or ShardTouch) -> (dataset, DatasetReport with the ShardOutcome):
+    each shard that gains, changes or loses a row is rewritten (its other rows carried from the old file);
+    a shard left with no row is reported `emptied` (the finish step removes it).
 
     Args:
         config: the run's configuration (where each dataset's output goes).
@@ -198,14 +255,8 @@ class WriteMediaIndex(beam.PTransform):
         super().__init__()
         self._config = config
 
-    def expand(self, index_rows):
-        shards = (index_rows
-                  | "IndexSizes" >> beam.Map(lambda r: (r.dataset, (r.uri, r.index_bytes)))
-                  | "GroupSizesByDataset" >> beam.GroupByKey()
-                  | "AssignShards" >> beam.MapTuple(lambda root, sizes: (root, assign_shards(sizes))))
-        written = (index_rows
-                   | "KeyByShard" >> beam.Map(lambda r, a: ((r.dataset, a[r.dataset][r.uri]), r),
-                                              a=beam.pvalue.AsDict(shards))
+    def expand(self, keyed):
+        written = (keyed
                    | "GroupByShard" >> beam.GroupByKey()
                    | "WriteShards" >> guarded(_WriteShard(self._config), main="written"))
         bugs = written.bad | "ShardBugs" >> beam.Map(_shard_bug)
@@ -213,18 +264,27 @@ class WriteMediaIndex(beam.PTransform):
 
 
 def _shard_bug(bad) -> tuple[str, DatasetReport]:
-    """A media_index part that could not be written fails its dataset (the episode parts still stand)."""
+    """A shard that could not be written fails its dataset (the episode parts still stand); its MP4s are
+    left out of the manifest's `video_versions`, so the next run reads them again and rewrites it."""
     ((root, shard), _), exc_info = bad
-    _LOG.error("writing media_index part %d of %s failed unexpectedly: %s", shard, root, exc_info[1])
-    return root, DatasetReport(failures=(internal_record(exc_info, dataset=root, episodes_file=None,
-                                                         file=media_index_part_path(shard)),))
+    _LOG.error("writing media_index shard %s of %s failed unexpectedly: %s", shard, root, exc_info[1])
+    return root, DatasetReport(failures=(internal_record(exc_info, dataset=root, episodes_file=None, file=shard),),
+                               index_files=(ShardOutcome(shard, FAILED),))
 
 
 class _WriteShard(beam.DoFn):
     def __init__(self, config: ImportConfig) -> None:
         self._config = config
 
-    def process(self, element: tuple[tuple[str, int], Iterable[MediaIndexRow]]) -> Iterator[tuple[str, DatasetReport]]:
-        (root, shard), rows = element
-        written = write_media_index_part(self._config.output_of(root), shard, [(r.uri, r.size, r.index) for r in rows])
-        yield root, DatasetReport(index_files=(written,))
+    def setup(self) -> None:
+        self._written = counter("media_index_shards_written")
+
+    def process(self, element: tuple[tuple[str, str], Iterable]) -> Iterator[tuple[str, DatasetReport]]:
+        (root, shard), values = element
+        rows = [IndexRow(v.uri, v.size, v.version, v.index) for v in values if isinstance(v, MediaIndexRow)]
+        touch = next((v for v in values if isinstance(v, ShardTouch)), None)
+        outcome = update_media_index_shard(self._config.output_of(root), shard, rows,
+                                           touch.keep if touch is not None else None)
+        if outcome.action == "written":
+            self._written.inc()
+        yield root, DatasetReport(index_files=(outcome,))

@@ -17,7 +17,9 @@ from typing import Iterable, Optional
 
 import pyarrow as pa
 
+from transforms.episode import paths
 from transforms.episode.clips import VideoFile
+from transforms.episode.media_index_table import ShardOutcome, ShardRecord
 from transforms.episode.outcomes import FileOutcome, PartResult
 from transforms.episode.quirks import ClipSpan, WarningRecord
 from transforms.lerobot.fingerprint import Fingerprint
@@ -103,17 +105,39 @@ class PartVideo:
 
 
 @dataclasses.dataclass(frozen=True)
+class Mp4Version:
+    """What the check step knows of an MP4 an imported episodes file uses, sent to the MP4's reader:
+    its storage token when listed, whether its media_index/ row is carried (unchanged since the last
+    run: the row is taken from the old shard instead of reading the MP4), and whether episodes files this
+    run leaves alone have clips in it too (`shared`: the clips the MP4's step sees are not all of them)."""
+
+    token: str
+    carried: bool = False
+    shared: bool = False
+
+
+@dataclasses.dataclass(frozen=True)
 class MediaIndexRow:
-    """One row of the media_index/ table, on its way to its part."""
+    """One row of the media_index/ table, on its way to its shard."""
 
     dataset: str
+    file: str  # the MP4, relative to the dataset root
     uri: str
     size: int
+    version: str  # its storage token when the run listed it
     index: pa.Array  # length-1 spql.MediaIndex
 
     @property
-    def index_bytes(self) -> int:
-        return self.index.nbytes
+    def shard(self) -> str:
+        return paths.media_index_shard_path(self.file)
+
+
+@dataclasses.dataclass(frozen=True)
+class ShardTouch:
+    """A media_index shard this run may change: the URIs whose old rows stay in it (the others go, or are
+    replaced by the rows read this run)."""
+
+    keep: frozenset[str]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -176,7 +200,9 @@ class DatasetReport(_Merged):
     failures: tuple[FailureRecord, ...] = ()  # failures of the dataset as a whole
     outcomes: tuple[FileOutcome, ...] = ()  # one per episodes file
     warnings: tuple[WarningRecord, ...] = ()
-    index_files: tuple[str, ...] = ()  # media_index parts written, relative to the output root
+    index_files: tuple[ShardOutcome, ...] = ()  # what this run did with each media_index shard it touched
+    index_kept: tuple[ShardRecord, ...] = ()  # the shards of the last run (those not touched stay as they are)
+    video_versions: tuple[tuple[str, str], ...] = ()  # (MP4, token) of every MP4 carried or read this run
     mp4_failures: tuple[VideoFailure, ...] = ()  # MP4s that could not be used
     file_sources: tuple[EpisodesFileSources, ...] = ()  # per episodes file: what its import is made from
     kept: tuple[KeptFile, ...] = ()  # episodes files left unchanged or removed by this run

@@ -21,6 +21,7 @@ from typing import Callable, Optional, TypeVar
 import fsspec
 from fsspec.implementations.local import LocalFileSystem
 
+from transforms import hub
 from transforms.errors import LeRobotImportError, quote, shorten
 
 T = TypeVar("T")
@@ -35,7 +36,7 @@ _PERMANENT = (FileNotFoundError, FileExistsError, PermissionError, IsADirectoryE
 
 def is_transient(ex: BaseException) -> bool:
     """Connection resets, timeouts and server errors are worth a retry; a missing file is not."""
-    if isinstance(ex, _PERMANENT):
+    if isinstance(ex, _PERMANENT) or hub.is_hub_error(ex):  # the Hub's are retried where they are made
         return False
     return isinstance(ex, (OSError, ConnectionError, TimeoutError)) or type(ex).__name__ in (
         "HttpError", "ServiceUnavailable", "ClientError", "ServerDisconnectedError", "ClientOSError")
@@ -64,6 +65,9 @@ def filesystem(uri: str) -> tuple[fsspec.AbstractFileSystem, str]:
     protocol = uri.split("://", 1)[0]
     if protocol in ("file", "local"):
         return _local(), LocalFileSystem._strip_protocol(uri)
+    if protocol == "hf":  # read by exact ranges, retried, at the commit the URL names (see transforms.hub)
+        fs = hub.filesystem()
+        return fs, fs._strip_protocol(uri)
     if "::" in protocol:
         raise LeRobotImportError("url", f"{quote(uri)} chains filesystems with `::`, which the importer does not "
                                  "read: give the plain URL of the folder or file")
@@ -85,6 +89,22 @@ def filesystem(uri: str) -> tuple[fsspec.AbstractFileSystem, str]:
 @functools.lru_cache(maxsize=1)
 def _local() -> fsspec.AbstractFileSystem:
     return fsspec.filesystem("file")
+
+
+def hub_commit(uri: str) -> Optional[str]:
+    """The commit a Hub URL is pinned at (`hf://datasets/OWNER/NAME@<sha>/...`), else None."""
+    return hub.commit_of(uri)
+
+
+def hub_repo(uri: str) -> Optional[str]:
+    """`hf://datasets/OWNER/NAME` for a Hub dataset URL at any revision, else None."""
+    return hub.repo_uri(uri)
+
+
+def same_dataset(a: str, b: str) -> bool:
+    """Whether dataset roots `a` and `b` are one dataset: equal, or one Hub repository at two commits (a
+    file unchanged between them is the same bytes under either URI)."""
+    return a == b or (hub.repo_uri(a) is not None and hub.repo_uri(a) == hub.repo_uri(b))
 
 
 def is_local(fs: fsspec.AbstractFileSystem) -> bool:

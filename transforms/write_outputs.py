@@ -22,7 +22,7 @@ from transforms import storage
 from transforms.episode import output as sink
 from transforms.episode import frames as frames_lib
 from transforms.episode import paths
-from transforms.episode.media_index_table import stale_media_index_parts
+from transforms.episode.media_index_table import final_media_index, stale_media_index_files
 from transforms.episode.outcomes import PartResult, failed_file
 from transforms.errors import FailureRecord, LeRobotImportError
 from transforms.lerobot import data_files
@@ -306,9 +306,11 @@ class _FinishAfterBug(_DatasetWriter):
 def finish_dataset(config: ImportConfig, root: str, report: DatasetReport) -> tuple[dict, list[FailureRecord]]:
     """A dataset's manifest and errors.jsonl rows from everything its import reported.
 
-    Stale media_index parts of an earlier run are removed; warnings of episodes files that failed are
-    left out (their episodes were not imported); a dataset whose totals do not add up fails with rule
-    `accounting`.
+    The media_index/ shards it lists are the last run's, updated by the shards this run touched; every
+    other file under media_index/ (an emptied shard, an older layout's parts, a temporary left by a
+    crash) is removed. Each episodes file entry this run wrote names its `run_id`. Warnings of episodes
+    files that failed are left out (their episodes were not imported); a dataset whose totals do not add
+    up fails with rule `accounting`.
 
     Args:
         config: the run's configuration.
@@ -317,20 +319,28 @@ def finish_dataset(config: ImportConfig, root: str, report: DatasetReport) -> tu
     """
     outcomes = list(report.outcomes)
     dataset_failures = sorted(report.failures, key=FailureRecord.sort_key)
-    index_files = sorted(report.index_files)
     out = config.output_of(root)
-    for stale in stale_media_index_parts(out, keep=index_files):
+    shards, video_versions = final_media_index(report.index_kept, report.index_files, report.video_versions)
+    if config.inline_index:
+        shards = []
+    for stale in stale_media_index_files(out, keep=[s.path for s in shards]):
         storage.remove(stale)
     imported = {o.episodes_file for o in outcomes if o.status == "imported"} | {
         k.episodes_file for k in report.kept if not k.removed}
     warnings = [w for w in report.warnings if w.episodes_file is None or w.episodes_file in imported]
     sources = [s for s in report.sources if s is not None]
     doc = sink.manifest(root, info_sha256(root), outcomes, started_at=config.started_at,
-                        finished_at=sink.now_iso(), media_index_files=index_files, dataset_failures=dataset_failures,
+                        finished_at=sink.now_iso(), media_index_files=[s.path for s in shards],
+                        dataset_failures=dataset_failures,
                         source=sources[0].to_json() if sources else None, run_id=config.run_id,
                         options=config.output_options(), warnings=warnings,
                         notes=skip_videos_notes(report.mp4_failures),
                         file_sources={s.episodes_file: s.to_manifest() for s in report.file_sources})
+    for entry in doc["episodes_files"].values():
+        entry["run_id"] = config.run_id  # the entries this run wrote; kept ones keep the run that wrote them
+    doc["media_index_layout"] = paths.MEDIA_INDEX_LAYOUT
+    doc["media_index_files"] = [s.to_json() for s in shards]
+    doc["video_versions"] = video_versions
     failures = [f for o in outcomes for f in o.failures] + dataset_failures
     carry_kept_files(doc, report.kept, out)
     totals = doc["totals"]

@@ -15,10 +15,10 @@ from transforms.episode import paths, spql_types
 from transforms.episode.clips import VideoFile, videos_column
 from transforms.episode.episode_type import episode_schema, frame_type
 from transforms.episode.frames import convert_frames, typed_frames
-from transforms.episode.media_index_table import media_index_table, write_media_index_part
+from transforms.episode.media_index_table import media_index_table, update_media_index_shard
 from transforms.episode.outcomes import FileOutcome, PartFile, PartResult, failed_file
 from transforms.episode.output import commit_episodes_file, errors_jsonl, manifest, parquet_bytes, part_table
-from transforms.episode.paths import (ERRORS, EPISODES_DIR, MANIFEST, MEDIA_INDEX_DIR, media_index_part_path,
+from transforms.episode.paths import (ERRORS, EPISODES_DIR, MANIFEST, MEDIA_INDEX_DIR, media_index_shard_path,
                                       output_part_path, placement_problem)
 from transforms.episode.quirks import ClipSpan, WarningRecord
 
@@ -27,10 +27,10 @@ __all__ = [
     "VideoFile", "videos_column",
     "episode_schema", "frame_type",
     "convert_frames", "typed_frames",
-    "media_index_table", "write_media_index_part",
+    "media_index_table", "update_media_index_shard",
     "FileOutcome", "PartFile", "PartResult", "failed_file",
     "commit_episodes_file", "errors_jsonl", "manifest", "parquet_bytes", "part_table",
-    "ERRORS", "EPISODES_DIR", "MANIFEST", "MEDIA_INDEX_DIR", "media_index_part_path", "output_part_path",
+    "ERRORS", "EPISODES_DIR", "MANIFEST", "MEDIA_INDEX_DIR", "media_index_shard_path", "output_part_path",
     "placement_problem",
     "ClipSpan", "WarningRecord",
 ]

@@ -1,77 +1,347 @@
-"""The media_index/ table: one row per MP4 file (uri, size, spql.MediaIndex), sorted by URI.
+"""The media_index/ table: one row per MP4 file (uri, size, version, spql.MediaIndex), in shards by MP4 folder.
 
 By default each file's MediaIndex is written once, here, and the episode parts leave
-`clip.media.index` null: a reader joins the index back by the clip's URI. Rows are spread over parts
-of about `SHARD_TARGET_BYTES` of indexes, in URI order, one row group per file so a reader fetches
-only the rows it needs.
+`clip.media.index` null: a reader joins the index back by the clip's URI. Rows are kept in one shard per
+folder of MP4s (`paths.media_index_shard_path`), sorted by URI, one row group per file so a reader
+fetches only the rows it needs.
+
+A row's `version` is the storage token (`size:generation`, `size:mtime=...`) the MP4 had when the run
+that wrote the row listed the dataset; the manifest's `video_versions` repeats them. A later run reads
+again only the MP4s whose token changed or that have no row yet (`plan_media_index`), and rewrites only
+the shards that gain, change or lose a row (`update_media_index_shard`): the rows of unchanged MP4s are
+carried from the old shard file by an Arrow filter, never by reading the MP4 again.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import hashlib
 import io
-from typing import Iterable
+from typing import Any, Callable, Iterable, Mapping, Optional, Sequence
 
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from transforms import storage
 from transforms.episode import paths, spql_types
+from transforms.lerobot import sources
 
-#: A media_index part holds files until their indexes reach this many bytes.
-SHARD_TARGET_BYTES = 128 * 1024 * 1024
+#: What a run does with a shard (`ShardOutcome.action`).
+WRITTEN, UNCHANGED, EMPTIED, FAILED = "written", "unchanged", "emptied", "failed"
 
 
 def media_index_schema() -> pa.Schema:
     return pa.schema([pa.field("uri", pa.utf8(), nullable=False), pa.field("size", pa.uint64(), nullable=False),
-                      pa.field("index", spql_types.media_index())])
+                      pa.field("version", pa.utf8(), nullable=False), pa.field("index", spql_types.media_index())])
 
 
-def assign_shards(sizes: Iterable[tuple[str, int]], target: int = SHARD_TARGET_BYTES) -> dict[str, int]:
-    """uri -> part number: URIs in sorted order, a new part when the indexes pass `target` bytes.
+@dataclasses.dataclass(frozen=True)
+class IndexRow:
+    """One MP4's row: its URI, size, storage token when listed, and MediaIndex (a length-1 array)."""
 
-    Args:
-        sizes: (uri, bytes of its MediaIndex) of every MP4 of a dataset.
-        target: the bytes of indexes a part holds before the next one starts.
-    """
-    out, shard, filled = {}, 0, 0
-    for uri, nbytes in sorted(sizes):
-        if filled and filled + nbytes > target:
-            shard, filled = shard + 1, 0
-        out[uri] = shard
-        filled += nbytes
-    return out
+    uri: str
+    size: int
+    version: str
+    index: pa.Array
 
 
-def media_index_table(rows: Iterable[tuple[str, int, pa.Array]]) -> pa.Table:
-    """(uri, size, length-1 spql.MediaIndex array) rows -> the table, sorted by URI."""
-    rows = sorted(rows, key=lambda r: r[0])
-    index = pa.concat_arrays([r[2] for r in rows]) if rows else pa.array([], spql_types.media_index())
-    return pa.Table.from_arrays([pa.array([r[0] for r in rows], pa.utf8()),
-                                 pa.array([r[1] for r in rows], pa.uint64()), index], schema=media_index_schema())
+def media_index_table(rows: Iterable[IndexRow]) -> pa.Table:
+    """Rows -> the table, sorted by URI."""
+    rows = sorted(rows, key=lambda r: r.uri)
+    index = pa.concat_arrays([r.index for r in rows]) if rows else pa.array([], spql_types.media_index())
+    return pa.Table.from_arrays([pa.array([r.uri for r in rows], pa.utf8()),
+                                 pa.array([r.size for r in rows], pa.uint64()),
+                                 pa.array([r.version for r in rows], pa.utf8()), index],
+                                schema=media_index_schema())
 
 
-def write_media_index_part(out_root: str, shard: int, rows: Iterable[tuple[str, int, pa.Array]]) -> str:
-    """Write one media_index part atomically; returns its path relative to `out_root`."""
-    rel = paths.media_index_part_path(shard)
-    table = media_index_table(rows)
-    final = storage.join(out_root, rel)
-    sink = io.BytesIO()  # one write request per part, whatever the Parquet writer's call pattern
+@dataclasses.dataclass(frozen=True)
+class ShardRecord:
+    """What the manifest records of one shard (`media_index_files`), so `verify` can check it."""
+
+    path: str  # relative to the output root
+    bytes: int
+    rows: int
+    sha256: str
+
+    def to_json(self) -> dict[str, Any]:
+        return {"path": self.path, "bytes": self.bytes, "rows": self.rows, "sha256": self.sha256}
+
+    @classmethod
+    def from_json(cls, doc: Any) -> Optional["ShardRecord"]:
+        """The record, or None when `doc` is not one (a manifest is data: anything may be in it)."""
+        try:
+            return cls(str(doc["path"]), int(doc["bytes"]), int(doc["rows"]), str(doc["sha256"]))
+        except (KeyError, TypeError, ValueError):
+            return None
+
+
+@dataclasses.dataclass(frozen=True)
+class ShardOutcome:
+    """What a run did with one shard: `written` (record of the new file), `unchanged` (record of the file
+    as found), `emptied` (no row left: the file goes), `failed` (nothing known of it any more)."""
+
+    path: str
+    action: str
+    record: Optional[ShardRecord] = None
+
+
+def _sort_by_uri(table: pa.Table) -> pa.Table:
+    """Rows by URI; a table already in order (rows appended after the kept ones: the usual growth of a
+    folder) is returned as it is, without copying its indexes."""
+    uris = table.column("uri").to_pylist()
+    if all(a < b for a, b in zip(uris, uris[1:])):
+        return table
+    return table.take(pc.sort_indices(table, sort_keys=[("uri", "ascending")]))
+
+
+def shard_bytes(table: pa.Table) -> bytes:
+    """A shard's Parquet bytes: zstd, one row group per MP4 (a reader fetches one row by its `uri` statistics)."""
+    sink = io.BytesIO()  # one write request per shard, whatever the Parquet writer's call pattern
     pq.write_table(table, sink, row_group_size=1, compression="zstd", use_compliant_nested_type=False)
-    data = sink.getvalue()
-    tmp = storage.write_tmp(final, lambda f: f.write(data))
-    storage.commit(tmp, final)
-    return rel
+    return sink.getvalue()
 
 
-def stale_media_index_parts(out_root: str, keep: Iterable[str]) -> list[str]:
-    """media_index parts (and their temporaries) under `out_root` that this run did not write.
+def update_media_index_shard(out_root: str, shard: str, rows: Sequence[IndexRow],
+                             keep: Optional[frozenset[str]]) -> ShardOutcome:
+    """Bring one shard up to date: its old rows that stay, plus this run's rows; written atomically.
 
     Args:
         out_root: the dataset's output root.
-        keep: the parts this run wrote, relative to `out_root`.
+        shard: the shard's path relative to `out_root` (`paths.media_index_shard_path`).
+        rows: the rows this run read for MP4s of this shard (they replace old rows of the same URI).
+        keep: URIs whose old rows stay (the MP4s unchanged since); None keeps every old row that `rows`
+            does not replace. An empty set never opens the old file.
+    Returns:
+        The outcome: `unchanged` when no row is added, replaced or dropped (the file is not rewritten),
+        `emptied` when no row is left (the caller removes the file), else `written`.
     """
-    keep_uris = {storage.join(out_root, k) for k in keep}
-    folder = storage.join(out_root, paths.MEDIA_INDEX_DIR)
-    found = [storage.join(folder, n) for n in storage.list_dir(folder)
-             if paths.is_media_index_part(n) or (n.startswith(".part-") and storage.TMP_MARK in n)]
-    return [u for u in found if u not in keep_uris]
+    final = storage.join(out_root, shard)
+    new = media_index_table(rows)
+    old_data = storage.optional_read(final) if keep is None or keep else None
+    if old_data is not None:
+        old = pq.read_table(io.BytesIO(old_data), schema=media_index_schema())
+        stays = pc.invert(pc.is_in(old.column("uri"), value_set=new.column("uri")))
+        if keep is not None:
+            stays = pc.and_(stays, pc.is_in(old.column("uri"), value_set=pa.array(sorted(keep), pa.utf8())))
+        kept = old.filter(stays)
+        if not len(rows) and kept.num_rows == old.num_rows:
+            return ShardOutcome(shard, UNCHANGED, ShardRecord(shard, len(old_data), old.num_rows,
+                                                              hashlib.sha256(old_data).hexdigest()))
+        table = pa.concat_tables([kept, new]) if kept.num_rows else new
+    else:
+        table = new
+    if table.num_rows == 0:
+        return ShardOutcome(shard, EMPTIED)
+    data = shard_bytes(_sort_by_uri(table))
+    storage.commit(storage.write_tmp(final, lambda f: f.write(data)), final)
+    return ShardOutcome(shard, WRITTEN, ShardRecord(shard, len(data), table.num_rows, hashlib.sha256(data).hexdigest()))
+
+
+class ShardRows:
+    """Rows of existing shards looked up by URI, reading each shard's footer once and one row group per
+    lookup (one row group per MP4, found by its `uri` statistics)."""
+
+    def __init__(self, out_root: str) -> None:
+        self._out = out_root
+        self._footers: dict[str, Optional[tuple[pq.FileMetaData, dict[str, int]]]] = {}
+
+    def _footer(self, shard: str) -> Optional[tuple[pq.FileMetaData, dict[str, int]]]:
+        if shard not in self._footers:
+            fs, path = storage.filesystem(storage.join(self._out, shard))
+            try:
+                with fs.open(path, "rb") as f:
+                    md = pq.ParquetFile(f).metadata
+            except FileNotFoundError:
+                self._footers[shard] = None
+                return None
+            groups = {}
+            column = md.schema.names.index("uri")
+            for rg in range(md.num_row_groups):
+                st = md.row_group(rg).column(column).statistics
+                if st is not None and st.has_min_max and st.min == st.max:
+                    groups[st.min] = rg
+            self._footers[shard] = (md, groups)
+        return self._footers[shard]
+
+    def get(self, shard: str, uri: str) -> Optional[IndexRow]:
+        """The row of `uri` in `shard` (relative to the output root), or None when there is none."""
+        found = self._footer(shard)
+        if found is None or uri not in found[1]:
+            return None
+        md, groups = found
+        fs, path = storage.filesystem(storage.join(self._out, shard))
+        with fs.open(path, "rb") as f:
+            table = pq.ParquetFile(f, metadata=md).read_row_group(groups[uri])
+        hits = pc.equal(table.column("uri"), uri).to_numpy(zero_copy_only=False).nonzero()[0]
+        if not len(hits):
+            return None
+        row = table.slice(int(hits[0]), 1)
+        return IndexRow(uri, int(row.column("size")[0].as_py()), str(row.column("version")[0].as_py()),
+                        row.column("index").combine_chunks())
+
+
+# ---- what a run does with a dataset's media_index/ -----------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class PreviousMediaIndex:
+    """What the output's last manifest says of its media_index/: None `versions` when it cannot be carried
+    from (no manifest, another layout, an inline-index output)."""
+
+    versions: Optional[dict[str, str]]  # MP4 path -> token of the row (or of the no-row MP4) it accounts for
+    shards: tuple[ShardRecord, ...] = ()
+
+    @property
+    def older_layout(self) -> bool:
+        return self.versions is None
+
+
+def previous_media_index(previous: Optional[Mapping[str, Any]]) -> PreviousMediaIndex:
+    """The previous manifest's media_index/ state (`video_versions`, `media_index_files`), if carried from.
+
+    Args:
+        previous: the output's manifest, or None.
+    """
+    if not previous or previous.get("media_index_layout") != paths.MEDIA_INDEX_LAYOUT:
+        return PreviousMediaIndex(None)
+    versions = previous.get("video_versions")
+    records = previous.get("media_index_files")
+    if not isinstance(versions, dict) or not isinstance(records, list):
+        return PreviousMediaIndex(None)
+    shards = tuple(r for r in map(ShardRecord.from_json, records) if r is not None)
+    return PreviousMediaIndex({str(k): str(v) for k, v in versions.items()}, shards)
+
+
+@dataclasses.dataclass(frozen=True)
+class MediaIndexPlan:
+    """What a run does with one dataset's MP4s and media_index/ shards.
+
+    `carried`: MP4s whose row (or the knowledge that they need none) stays as the last run recorded it;
+    `to_read`: MP4s whose MediaIndex is read this run (new, changed, or never recorded) — all of them
+    used by episodes files being imported; `touched`: shard -> URIs whose old rows stay in it, for
+    every shard that may gain, change or lose a row; `kept_shards`: the previous shard records, for
+    the shards this run leaves alone."""
+
+    tokens: dict[str, str]  # MP4 path -> its token now, for every MP4 the current episodes files use
+    used: frozenset[str]  # the MP4s the episodes files being imported use
+    shared: frozenset[str]  # of those, the ones episodes files left alone use too (their clips are not seen)
+    carried: frozenset[str]
+    to_read: frozenset[str]
+    touched: dict[str, frozenset[str]]
+    kept_shards: tuple[ShardRecord, ...]
+
+
+def plan_media_index(current_videos: Iterable[str], imported_videos: Iterable[str], token: Callable[[str], str],
+                     previous: PreviousMediaIndex, *, dataset_file: Callable[[str], str],
+                     inline_index: bool = False, force: bool = False,
+                     left_videos: Iterable[str] = ()) -> MediaIndexPlan:
+    """Decide which MP4s to read and which shards to rewrite.
+
+    Args:
+        current_videos: every MP4 the dataset's current episodes files reference.
+        imported_videos: the MP4s of the episodes files this run imports.
+        token: MP4 path -> its storage token now.
+        previous: the last run's media_index/ state (`previous_media_index`).
+        dataset_file: MP4 path -> its URI (as rows name it).
+        inline_index: the run writes no media_index/ (every MP4 an imported file uses is read).
+        force: carry nothing.
+        left_videos: the MP4s of the current episodes files this run leaves alone.
+    """
+    current = set(current_videos)
+    tokens = {rel: token(rel) for rel in sorted(current)}
+    recorded = {} if inline_index or force or previous.versions is None else previous.versions
+    carried = frozenset(rel for rel, t in tokens.items() if recorded.get(rel) == t)
+    used = frozenset(imported_videos)
+    shared = used & frozenset(left_videos)
+    to_read = used - carried
+    if inline_index:
+        return MediaIndexPlan(tokens, used, shared, carried, to_read, {}, ())
+    touched_shards = {paths.media_index_shard_path(rel) for rel in to_read}
+    touched_shards |= {paths.media_index_shard_path(rel) for rel in recorded if rel not in carried}
+    keep: dict[str, set[str]] = {s: set() for s in touched_shards}
+    for rel in carried:
+        shard = paths.media_index_shard_path(rel)
+        if shard in keep:
+            keep[shard].add(dataset_file(rel))
+    kept_shards = () if force or previous.versions is None else previous.shards
+    return MediaIndexPlan(tokens, used, shared, carried, to_read, {s: frozenset(u) for s, u in sorted(keep.items())},
+                          kept_shards)
+
+
+#: Why every episodes file of an output written in an older media_index/ layout is imported again.
+OLDER_LAYOUT = "older media_index layout"
+
+
+def decide_run(files: Sequence[sources.EpisodesFileSources], previous_manifest: Optional[Mapping[str, Any]],
+               token: Callable[[str], str], *, dataset_file: Callable[[str], str], inline_index: bool = False,
+               force: bool = False) -> tuple[tuple[sources.EpisodesFileDecision, ...], MediaIndexPlan]:
+    """Per episodes file what a run does (`sources.decide`), and what it does with MP4s and shards.
+
+    An unchanged episodes file is left alone only when every MP4 it uses is accounted for by the last
+    run's media_index/ (`video_versions`, same token): else it is imported, which reads its MP4s. An
+    output of an older layout (no `media_index_layout`) is imported again whole.
+
+    Args:
+        files: the sources of the dataset's current episodes files.
+        previous_manifest: the output's manifest written with this run's options, or None.
+        token: MP4 path -> its storage token now.
+        dataset_file: MP4 path -> its URI.
+        inline_index: the run writes each MediaIndex inside the episodes (no media_index/).
+        force: redo everything.
+    """
+    previous = previous_media_index(previous_manifest)
+    videos = sorted({v for f in files for v in f.video_files})
+    tokens = {v: token(v) for v in videos}
+    carry = previous_manifest is not None and not inline_index and not force
+    rebuild = OLDER_LAYOUT if carry and previous.older_layout and (
+        videos or previous_manifest.get("media_index")) else None
+    decisions = sources.decide(files, previous_manifest, force=force, rebuild=rebuild,
+                               recorded_videos=previous.versions if carry else None, video_tokens=tokens)
+    imported = {v for d in decisions if d.action == sources.IMPORT and d.sources for v in d.sources.video_files}
+    left = {v for d in decisions if d.action == sources.UNCHANGED and d.sources for v in d.sources.video_files}
+    plan = plan_media_index(videos, imported, tokens.__getitem__, previous, dataset_file=dataset_file,
+                            inline_index=inline_index, force=force, left_videos=left)
+    return decisions, plan
+
+
+def final_media_index(kept: Iterable[ShardRecord], outcomes: Iterable[ShardOutcome], versions: Iterable[tuple[str, str]]
+                      ) -> tuple[list[ShardRecord], dict[str, str]]:
+    """The shards an output holds after a run, and the MP4 tokens they account for.
+
+    Args:
+        kept: the previous shard records (for the shards this run did not touch).
+        outcomes: what this run did with the shards it touched.
+        versions: (MP4 path, token) of every MP4 carried or read this run.
+    Returns:
+        (shard records sorted by path, MP4 path -> token). A failed shard is dropped with every MP4 of it,
+        so the next run reads those MP4s again (their episodes files are imported again).
+    """
+    records = {r.path: r for r in kept}
+    failed = set()
+    for o in outcomes:
+        if o.record is not None and o.action in (WRITTEN, UNCHANGED):
+            records[o.path] = o.record
+        else:
+            records.pop(o.path, None)
+            if o.action == FAILED:
+                failed.add(o.path)
+    tokens = {rel: t for rel, t in sorted(versions) if paths.media_index_shard_path(rel) not in failed}
+    return [records[p] for p in sorted(records)], tokens
+
+
+def stale_media_index_files(out_root: str, keep: Iterable[str]) -> list[str]:
+    """Files under `out_root`'s media_index/ (shards of any layout, temporaries) that are not in `keep`.
+
+    Args:
+        out_root: the dataset's output root.
+        keep: the shards the output holds after this run, relative to `out_root`.
+    """
+    folder = storage.normalize_root(storage.join(out_root, paths.MEDIA_INDEX_DIR))
+    keep = set(keep)
+    stale = []
+    for uri in storage.list_files(folder):
+        if uri.startswith(folder + "/") and f"{paths.MEDIA_INDEX_DIR}/{uri[len(folder) + 1:]}" not in keep:
+            stale.append(uri)
+    return stale

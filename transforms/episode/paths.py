@@ -2,9 +2,19 @@
 
     OUT/episodes/<path under meta/episodes/>                 one Parquet file per episodes file
     OUT/episodes/<stem>.part-NNNN.parquet                     or its ordered parts (read in parts)
-    OUT/media_index/part-NNNNN.parquet                        one row per MP4: uri, size, MediaIndex
+    OUT/media_index/<MP4 folder>.parquet                      one row per MP4 of that dataset folder:
+                                                              uri, size, version, MediaIndex
     OUT/errors.jsonl                                          one JSON object per failure
     OUT/manifest.json                                         what was imported
+
+`media_index/` has one file (a shard) per folder of MP4s, named after the folder's path under the
+dataset root: `videos/observation.images.front/chunk-000/file-007.mp4` has its row in
+`media_index/videos/observation.images.front/chunk-000.parquet`. A shard's name depends on nothing but
+its MP4s' paths, so a run that re-reads a few MP4s rewrites only the shards holding them and leaves every
+other shard as it is (same bytes, same mtime); LeRobot caps a chunk folder at `chunks_size` files, which
+bounds a shard, and a recording session that appends episodes touches only the last chunk's shards.
+Outputs written before this layout (`media_index/part-NNNNN.parquet`, manifests without
+`media_index_layout`) are imported again whole, and their old parts removed.
 
 The input side (`meta/info.json`, `meta/episodes/`) belongs to the LeRobot format and lives in
 `transforms.lerobot`.
@@ -12,6 +22,7 @@ The input side (`meta/info.json`, `meta/episodes/`) belongs to the LeRobot forma
 
 from __future__ import annotations
 
+import posixpath
 from typing import Optional
 
 from transforms import storage
@@ -47,12 +58,22 @@ def is_part_name(name: str, stem: str) -> bool:
     return len(number) >= 4 and number.isdigit()
 
 
-def media_index_part_path(shard: int) -> str:
-    return f"{MEDIA_INDEX_DIR}/part-{shard:05d}.parquet"
+#: The manifest's `media_index_layout`: shards by MP4 folder, rows carrying each MP4's version.
+MEDIA_INDEX_LAYOUT = "mp4-folder/v1"
 
 
-def is_media_index_part(name: str) -> bool:
-    return name.startswith("part-") and name.endswith(".parquet")
+def media_index_shard_path(video_file: str) -> str:
+    """`media_index/<folder of the MP4>.parquet`: the shard holding an MP4's row.
+
+    Args:
+        video_file: the MP4's path relative to the dataset root (as the episodes files name it).
+
+    An MP4 at the root has its row in `media_index/_root.parquet`; a folder name starting with `.`
+    gets a `_` in front (a leading dot would hide the shard from readers that skip temporaries).
+    Two folders mapping to one shard only share it: every step works on the shard's name."""
+    folder = posixpath.dirname(video_file.strip("/"))
+    parts = [("_" + p if p.startswith(".") else p) for p in folder.split("/") if p] or ["_root"]
+    return f"{MEDIA_INDEX_DIR}/{'/'.join(parts)}.parquet"
 
 
 def placement_problem(dataset_root: str, output_root: str) -> Optional[str]:

@@ -315,17 +315,25 @@ class EpisodesFileDecision:
 
 
 def decide(current: Sequence[EpisodesFileSources], previous_manifest: Optional[Mapping], *,
-           force: bool = False) -> tuple[EpisodesFileDecision, ...]:
+           force: bool = False, rebuild: Optional[str] = None,
+           recorded_videos: Optional[Mapping[str, str]] = None,
+           video_tokens: Optional[Mapping[str, str]] = None) -> tuple[EpisodesFileDecision, ...]:
     """Per episodes file: import it, leave it (same sources, last import good), or remove its output.
 
     A file whose last import failed is imported again even when its sources did not change: the
-    failure may have been transient, or its cause outside the sources (a storage outage).
+    failure may have been transient, or its cause outside the sources (a storage outage). So is a file
+    using an MP4 whose index the last run did not record as current (`recorded_videos`): its MP4 is
+    read again only by importing a file that uses it.
 
     Args:
         current: the sources of the dataset's episodes files now.
         previous_manifest: the output's manifest (its `episodes_files` entries with `status` and
             `source_digest`), or None for a first import.
         force: import every episodes file.
+        rebuild: import every episodes file for this reason (the output's layout is an older one).
+        recorded_videos: MP4 path -> token the last run accounted for (the manifest's `video_versions`);
+            None when MP4s are not carried from run to run.
+        video_tokens: MP4 path -> token now (needed with `recorded_videos`).
     Returns:
         One decision per episodes file, current or previously imported, sorted by path.
     """
@@ -333,7 +341,13 @@ def decide(current: Sequence[EpisodesFileSources], previous_manifest: Optional[M
     decisions = []
     for src in current:
         prev = recorded.get(src.episodes_file)
-        decisions.append(EpisodesFileDecision(src.episodes_file, *_action(src, prev, force), src, prev))
+        action = _action(src, prev, force)
+        if action[0] == UNCHANGED and rebuild:
+            action = (IMPORT, rebuild)
+        elif action[0] == UNCHANGED and recorded_videos is not None and any(
+                recorded_videos.get(v) != (video_tokens or {}).get(v) for v in src.video_files):
+            action = (IMPORT, "MP4 index not recorded")
+        decisions.append(EpisodesFileDecision(src.episodes_file, *action, src, prev))
     present = {src.episodes_file for src in current}
     for rel, prev in recorded.items():
         if rel not in present and (prev or {}).get("status") != "removed":

@@ -5,7 +5,9 @@ reader opens an episode part or a media_index part only inside the import root, 
 inside the roots it was given (the import root and the dataset root the manifest names, or those the
 caller lists). A path with a `..` segment is refused outright; a local path is also resolved
 (symlinks followed) and must stay inside a root (or inside the `blobs/` of a Hugging Face cache
-snapshot root, where a snapshot's files really are).
+snapshot root, where a snapshot's files really are). A Hub root (`hf://datasets/OWNER/NAME@<commit>`)
+admits its repository at any commit: an episodes file left unchanged by a later import still names
+its MP4 at the commit it was imported from, which reads the same bytes for as long as the repository lives.
 """
 
 from __future__ import annotations
@@ -38,6 +40,9 @@ def confined(uri: str, roots: Sequence[str]) -> bool:
     for root in roots:
         real_root = _resolved(root)
         if storage.within(target, real_root):
+            return True
+        repo = storage.hub_repo(real_root)
+        if repo is not None and storage.hub_repo(target) == repo:
             return True
         if real_root.startswith("file://"):
             blobs = storage.hf_cache_blobs(real_root[len("file://"):])

@@ -123,7 +123,7 @@ def _manifest_of(doc: Any, root: str, uri: str) -> _Manifest:
         raise bad("`episodes_files` is not an object of objects")
     parts = []
     for _, f in sorted(files.items()):
-        if f.get("status", "imported") != "imported":
+        if f.get("status", "imported") not in ("imported", "unchanged"):  # unchanged: kept from an earlier run
             continue
         listed = f.get("parts", [])
         if not isinstance(listed, list):

@@ -1,0 +1,437 @@
+"""`ImportedFrames` returns LeRobot's items: checked against what LeRobot 0.4.4's `LeRobotDataset.__getitem__`
+recorded (video backend pyav) for every frame of every project dataset with recorded items, plain and with
+`delta_timestamps` windows that cross episode edges.
+
+Camera frames are compared exactly: LeRobot's pyav backend and our reader decode with the same PyAV
+decoders (libdav1d for AV1, FFmpeg's h264) and convert to RGB with the same swscale defaults, then both
+divide the uint8 values by 255 in float32, so the tensors are equal bit for bit (the recording stores
+the uint8 values; `stored / 255` is LeRobot's tensor exactly, see make_lerobot_items.py).
+
+Also: episode selection, image transforms, recipes (against LeRobot's recorded RenderMessagesStep output),
+LeRobot's checks of `delta_timestamps` and of video timestamps, GOP ids, the decode cache's reads and
+decodes, pickling.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pickle
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch", reason="ImportedFrames needs PyTorch: pip install -e '.[torch]'")
+
+from tests.helpers import lerobot_dataset, run_import, third_party_path  # noqa: E402
+from transforms.reader import ImportReader  # noqa: E402
+from transforms.reader.frames import FramesError, ImportedFrames, closure_starts  # noqa: E402
+from transforms.reader.gop_cache import gop_end  # noqa: E402
+
+DATASETS = ("so101_av1", "h264_multi_file", "images_and_tensors")
+
+
+@pytest.fixture(scope="module")
+def imports(tmp_path_factory):
+    """Each dataset imported once (lazily, by name)."""
+    done = {}
+
+    def get(name: str, root=None):
+        if name not in done:
+            out = tmp_path_factory.mktemp(name) / "out"
+            assert run_import(root or lerobot_dataset(name), out) == 0
+            done[name] = str(out)
+        return done[name]
+    return get
+
+
+def _recorded(root) -> tuple[dict, dict[str, dict[int, dict[str, np.ndarray]]]]:
+    """items.json and, per run (plain, windows), index -> key -> recorded array."""
+    folder = root / "expected_items"
+    info = json.loads((folder / "items.json").read_text())
+    runs = {}
+    for run in ("plain", "windows"):
+        items: dict[int, dict[str, np.ndarray]] = {}
+        with np.load(folder / f"{run}.npz") as z:
+            for name in z.files:
+                index, key = name.split("/", 1)
+                items.setdefault(int(index), {})[key] = z[name]
+        runs[run] = items
+    return info, runs
+
+
+def _compare(ds: ImportedFrames, info: dict, run: str, items: dict[int, dict[str, np.ndarray]]) -> int:
+    """Every recorded item against ours, key by key; LeRobot's errors must be ours too. Returns the count."""
+    compared = 0
+    for i in sorted(int(k) for k in info["items"]):
+        entry = info["items"][str(i)]
+        error = entry.get(f"error_{run}")
+        if error is not None:
+            with pytest.raises(FramesError) as got:
+                ds[i]
+            # LeRobot's video check says "violate the tolerance"; ours "no frame ... within": the same rule
+            assert "tolerance" in error and "within" in str(got.value), (i, error, str(got.value))
+            compared += 1
+            continue
+        want = items[i]
+        got = ds[i]
+        assert got["task"] == entry["task"], i
+        assert set(got) - {"task"} == set(want), (i, sorted(set(got) ^ set(want)))
+        for key, value in want.items():
+            mine = got[key]
+            if value.dtype.kind == "U":  # a string feature stays a string
+                assert mine == str(value), (i, key)
+                continue
+            if key in ds.camera_keys:
+                value = value.astype(np.float32) / 255
+            assert isinstance(mine, torch.Tensor), (i, key)
+            mine = mine.numpy()
+            assert mine.dtype == value.dtype and mine.shape == value.shape, (i, key, mine.dtype, mine.shape)
+            assert np.array_equal(mine, value), (i, key, float(np.abs(mine.astype(np.float64) - value).max()))
+        compared += 1
+    return compared
+
+
+@pytest.mark.parametrize("run", ["plain", "windows"])
+@pytest.mark.parametrize("name", DATASETS)
+def test_items_equal_lerobot(imports, name, run):
+    root = lerobot_dataset(name)
+    info, runs = _recorded(root)
+    kwargs = {"delta_timestamps": info["delta_timestamps"]} if run == "windows" else {}
+    ds = ImportedFrames(imports(name), **kwargs)
+    total = json.loads((root / "meta" / "info.json").read_text())["total_frames"]
+    assert len(ds) == total and len(info["items"]) == total  # every frame was recorded
+    assert _compare(ds, info, run, runs[run]) == total
+    if run == "windows":  # the windows really cross episode edges (padding on both sides somewhere)
+        pads = np.concatenate([runs[run][i][f"{k}_is_pad"] for i in runs[run] for k in info["delta_timestamps"]])
+        assert pads.any() and not pads.all()
+
+
+@pytest.mark.parametrize("run", ["plain", "windows"])
+def test_third_party_g1_items_equal_lerobot(imports, run):
+    root = third_party_path("unitree_g1_av1")
+    if not (root / "expected_items" / "items.json").exists():
+        pytest.skip(f"{root} has no expected_items/ (LeRobot's items were never recorded for it; its camera frames "
+                    "are checked against PyAV by test_third_party_g1_frames_equal_pyav)")
+    info, runs = _recorded(root)
+    kwargs = {"delta_timestamps": info["delta_timestamps"]} if run == "windows" else {}
+    ds = ImportedFrames(imports("unitree_g1_av1", root), **kwargs)
+    assert _compare(ds, info, run, runs[run]) == len(info["items"])
+
+
+# ------------------------------------------------------------------------------------------------
+# Arguments LeRobot also takes
+# ------------------------------------------------------------------------------------------------
+
+def _equal_items(a: dict, b: dict) -> None:
+    assert set(a) == set(b)
+    for key in a:
+        if isinstance(a[key], torch.Tensor):
+            assert a[key].dtype == b[key].dtype and torch.equal(a[key], b[key]), key
+        else:
+            assert a[key] == b[key], key
+
+
+def test_episodes_selects_and_keeps_global_values(imports):
+    out = imports("h264_multi_file")
+    info, _ = _recorded(lerobot_dataset("h264_multi_file"))
+    windows = info["delta_timestamps"]
+    full = ImportedFrames(out, delta_timestamps=windows)
+    part = ImportedFrames(out, episodes=[7, 2], delta_timestamps=windows)
+    bounds = full.episode_bounds
+    assert len(bounds) == 10 and bounds[0][0] == 0 and bounds[-1][1] == len(full) == 104
+    # in the import's order (2 before 7), whatever order they were asked in
+    lengths = [bounds[2][1] - bounds[2][0], bounds[7][1] - bounds[7][0]]
+    assert part.episode_bounds == [(0, lengths[0]), (lengths[0], sum(lengths))] and len(part) == sum(lengths)
+    wanted = list(range(*bounds[2])) + list(range(*bounds[7]))
+    for j, i in enumerate(wanted):
+        _equal_items(part[j], full[i])
+    assert int(part[0]["episode_index"]) == 2 and int(part[0]["index"]) == bounds[2][0]
+    with pytest.raises(FramesError, match=r"episodes 11, 12 are not in the import .* 10 episodes, 0\.\.9"):
+        ImportedFrames(out, episodes=[1, 11, 12])
+
+
+def test_image_transforms_apply_to_every_camera(imports):
+    out = imports("images_and_tensors")
+    plain = ImportedFrames(out)
+    flipped = ImportedFrames(out, image_transforms=lambda x: torch.flip(x, dims=[-1]))
+    assert flipped.camera_keys == ["observation.image"]
+    a, b = plain[3], flipped[3]
+    assert torch.equal(b["observation.image"], torch.flip(a["observation.image"], dims=[-1]))
+    assert not torch.equal(a["observation.image"], b["observation.image"])
+    assert torch.equal(a["observation.matrix"], b["observation.matrix"])
+
+    video = imports("so101_av1")
+    info, _ = _recorded(lerobot_dataset("so101_av1"))
+    seen = []
+    ds = ImportedFrames(video, delta_timestamps=info["delta_timestamps"],
+                        image_transforms=lambda x: seen.append(tuple(x.shape)) or x[..., :8, :8])
+    item = ds[5]
+    assert sorted(seen) == [(2, 3, 32, 48), (2, 3, 48, 64)]  # windows first, then the transform
+    assert item["observation.images.front"].shape == (2, 3, 8, 8) and item["observation.state"].shape == (3, 6)
+
+
+def test_delta_timestamps_checked_as_lerobot_does(imports):
+    out = imports("so101_av1")
+    with pytest.raises(FramesError, match=r"outside of the tolerance.*multiples of 1/30 s") as ex:
+        ImportedFrames(out, delta_timestamps={"action": [0.0, 0.05]})
+    assert "'action': [0.05]" in str(ex.value)
+    with pytest.raises(FramesError, match=r"delta_timestamps names 'observation.nope'.*it has: action, episode_index"):
+        ImportedFrames(out, delta_timestamps={"observation.nope": [0.0]})
+    # within the tolerance: 1/30 s + 50 us is frame 1
+    ds = ImportedFrames(out, delta_timestamps={"action": [1 / 30 + 5e-5]})
+    assert ds.delta_indices == {"action": [1]}
+    assert torch.equal(ds[0]["action"], ImportedFrames(out)[1]["action"].unsqueeze(0))
+
+
+def test_camera_window_of_one_offset_has_no_window_axis(imports):
+    """LeRobot squeezes the first axis of the decoded frames: a one-offset camera window is C x H x W."""
+    out = imports("so101_av1")
+    ds = ImportedFrames(out, delta_timestamps={"observation.images.front": [-1 / 30], "action": [0.0]})
+    plain = ImportedFrames(out)
+    item = ds[4]
+    assert item["observation.images.front"].shape == (3, 48, 64) and item["action"].shape == (1, 6)
+    assert torch.equal(item["observation.images.front"], plain[3]["observation.images.front"])
+    assert torch.equal(ds[0]["observation.images.front"], plain[0]["observation.images.front"])  # clamped
+    assert ds[0]["observation.images.front_is_pad"].tolist() == [True]
+
+
+def test_video_timestamps_outside_tolerance_raise(imports):
+    """A frame time farther than tolerance_s from every video frame is LeRobot's assertion; ours names the
+    item, episode, frame, camera and the distance."""
+    out = imports("so101_av1")
+    ds = ImportedFrames(out, tolerance_s=1e-12)
+    assert float(ds[0]["timestamp"]) == 0.0 and ds[0]["observation.images.front"].shape == (3, 48, 64)
+    with pytest.raises(FramesError, match=r"item 13 \(episode 1, frame 1\) .* camera observation\.images\.front: "
+                                          r"no frame of .* within 1e-12 s of episode time 0\.0333333"):
+        ds[13]
+
+
+def test_index_out_of_range(imports):
+    ds = ImportedFrames(imports("so101_av1"))
+    with pytest.raises(IndexError, match="item 46 is out of range: the dataset has 46 items"):
+        ds[46]
+    _equal_items(ds[-1], ds[45])
+
+
+# ------------------------------------------------------------------------------------------------
+# Language
+# ------------------------------------------------------------------------------------------------
+
+def test_recipe_messages_equal_lerobot_processor(imports):
+    root = lerobot_dataset("language")
+    ds = ImportedFrames(imports("language"), recipe=root / "expected" / "recipes" / "subtask_mem_vqa_speech.yaml")
+    expected = {row["index"]: row for row in map(json.loads, (root / "expected" / "subtask_mem_vqa_speech.jsonl")
+                                                 .read_text().splitlines())}
+    assert len(ds) == len(expected) == 35
+    targets = 0
+    for i in range(len(ds)):
+        item = ds[i]
+        want = expected[int(item["index"])]
+        assert item["task"] == want["task"] and int(item["frame_index"]) == want["frame_index"]
+        assert {k: item[k] for k in ("messages", "message_streams", "target_message_indices")} == want["processor"]
+        assert "language_persistent" not in item and item[ds.cameras[0]].dtype == torch.float32
+        assert len(ds.cameras) == 2
+        targets += len(item["target_message_indices"])
+    assert targets > 0
+    batch = ImportedFrames.collate([ds[0], ds[1], ds[2]])
+    assert batch["action"].shape[0] == 3 and len(batch["messages"]) == 3 and batch["task"] == [ds[0]["task"]] * 3
+
+
+# ------------------------------------------------------------------------------------------------
+# GOPs, the decode cache, pickling
+# ------------------------------------------------------------------------------------------------
+
+def _closures(out: str, camera: str) -> list[tuple[str, int]]:
+    """(file, first decode sample) of every frame of `camera`, through the reader's own seek plan."""
+    found = []
+    for ep in ImportReader(out):
+        video = ep.video(camera)
+        for t in ep["timestamp"].astype(np.float64).tolist():
+            (closure,) = video.plan([t])
+            found.append((video.uri, closure.first))
+    return found
+
+
+@pytest.mark.parametrize("name", ["so101_av1", "h264_multi_file"])
+def test_gop_ids_name_the_decode_closure(imports, name):
+    out = imports(name)
+    ds = ImportedFrames(out)
+    for camera in ds.cameras:
+        ids = ds.gop_ids(camera)
+        closures = _closures(out, camera)
+        assert ids.dtype == np.int64 and len(ids) == len(ds) == len(closures)
+        # equal ids exactly where the seek plan decodes from the same sample of the same file
+        same_id = ids[:, None] == ids[None, :]
+        same_closure = np.array([[a == b for b in closures] for a in closures])
+        assert np.array_equal(same_id, same_closure)
+        assert 1 < len(np.unique(ids)) < len(ds)  # GOPs hold several frames; there are several GOPs
+    assert np.array_equal(ds.gop_ids(), ds.gop_ids(ds.cameras[0]))
+    assert (ImportedFrames(imports("images_and_tensors")).gop_ids() == -1).all()
+
+
+def test_sequential_epoch_reads_and_decodes_each_gop_once(imports):
+    out = imports("h264_multi_file")
+    ds = ImportedFrames(out, cache_gops=8)
+    for i in range(len(ds)):
+        ds[i]
+    cache = ds.gop_cache
+    # every GOP of every camera that the epoch touched: its bytes, its samples (these files have closed
+    # GOPs: each frame decodes from its own GOP's first sample)
+    gops, gop_bytes, gop_samples, file_bytes = 0, 0, 0, 0
+    for camera in ds.cameras:
+        seen = set()
+        for e in range(ds.num_episodes):
+            prep = ds._episode(e)
+            h = ds._handle(prep, camera)
+            samples = h.track.order[h.locate(prep.timestamps.astype(np.float64))]
+            firsts = closure_starts(h.track, samples)
+            own = h.track.gop_start[np.searchsorted(h.track.gop_start, samples, side="right") - 1]
+            assert np.array_equal(firsts, own)
+            for first in np.unique(firsts).tolist():
+                if (h.uri, first) not in seen:
+                    seen.add((h.uri, first))
+                    last = gop_end(h.track, first)
+                    gop_bytes += int(h.track.size[first:last + 1].sum())
+                    gop_samples += last + 1 - first
+        gops += len(seen)
+        file_bytes += sum(os.path.getsize(uri[len("file://"):]) for uri in {u for u, _ in seen})
+    assert cache.streams_started == gops
+    assert ds.bytes_read == gop_bytes and cache.samples_decoded == gop_samples
+    assert ds.bytes_read < file_bytes  # never the moov, never a whole file
+
+    nocache = ImportedFrames(out, cache_gops=0)
+    for i in range(len(nocache)):
+        nocache[i]
+    assert nocache.gop_cache.streams_started == len(ds) * len(ds.cameras) > gops
+    assert nocache.bytes_read > ds.bytes_read
+
+
+def test_pickles_without_open_files(imports):
+    out = imports("so101_av1")
+    info, _ = _recorded(lerobot_dataset("so101_av1"))
+    ds = ImportedFrames(out, delta_timestamps=info["delta_timestamps"])
+    before = ds[20]
+    assert ds.bytes_read > 0 and ds.gop_cache._streams
+    data = pickle.dumps(ds)
+    assert b"CodecContext" not in data and len(data) < 20_000
+    copy = pickle.loads(data)
+    assert copy.bytes_read == 0 and not copy.gop_cache._streams
+    _equal_items(copy[20], before)
+
+
+def test_reader_works_without_torch():
+    """Without torch the reader package, and frames.py itself, still import; building a dataset says what to
+    install."""
+    import subprocess
+    import sys
+
+    code = ("import sys\nsys.modules['torch'] = None  # as if torch were not installed\n"
+            "import transforms.reader as r\nfrom transforms.reader.frames import ImportedFrames\n"
+            "assert r.ImportedFrames is ImportedFrames\n"
+            "try:\n    ImportedFrames('unused')\nexcept ImportError as ex:\n    print(ex)\n")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                          cwd=str(lerobot_dataset("so101_av1").parents[3]))
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert proc.stdout.strip() == 'ImportedFrames needs PyTorch: pip install -e ".[torch]" (or any torch>=2.2)'
+
+
+def test_gop_cache_keeps_frames_within_its_byte_budget(imports):
+    """Streams past `max_bytes` of decoded frames are dropped, oldest first: going back decodes again."""
+    from transforms.reader.gop_cache import GopCache
+
+    ds = ImportedFrames(imports("h264_multi_file"))
+    prep = ds._episode(0)
+    h = ds._handle(prep, "observation.images.top")
+    samples = h.track.order[h.locate(prep.timestamps.astype(np.float64))]
+    firsts = closure_starts(h.track, samples)
+    a, b = int(samples[firsts == firsts.min()][0]), int(samples[firsts > firsts.min()][0])  # two GOPs
+    frame_bytes = 48 * 64 * 3
+    for budget, starts in ((1 << 20, 2), (frame_bytes, 3)):
+        cache = GopCache(8, max_bytes=budget)
+        first = cache.frames(h.uri, h.track, [a, b, a])
+        assert cache.streams_started == starts, budget
+        assert np.array_equal(first[0], first[2]) and first[0].shape == (48, 64, 3)
+        assert len(cache._streams) == (2 if budget > frame_bytes else 1)
+
+
+def test_inline_index_layout_gives_the_same_items(imports, tmp_path):
+    """The `--inline-index` output (each episode carries its MediaIndex) serves the same items."""
+    out = tmp_path / "inline"
+    assert run_import(lerobot_dataset("so101_av1"), out, "--inline-index") == 0
+    inline, default = ImportedFrames(str(out)), ImportedFrames(imports("so101_av1"))
+    assert len(inline) == len(default) == 46
+    for i in range(len(inline)):
+        _equal_items(inline[i], default[i])
+
+
+def _pyav_frame(path: str, t: float, tolerance: float = 1e-4) -> np.ndarray:
+    """The frame LeRobot's pyav backend returns for file time `t`: seek to the key frame at or before it,
+    decode forward, take the nearest frame (within the tolerance) as RGB24."""
+    import av
+
+    with av.open(path) as container:
+        stream = container.streams.video[0]
+        container.seek(int(t / stream.time_base), stream=stream, backward=True, any_frame=False)
+        best = None
+        for frame in container.decode(stream):
+            dist = abs(float(frame.pts * stream.time_base) - t)
+            if best is None or dist < best[0]:
+                best = (dist, frame.to_ndarray(format="rgb24"))
+            if frame.pts * stream.time_base >= t:
+                break
+    assert best is not None and best[0] < tolerance, (path, t)
+    return best[1]
+
+
+def test_third_party_g1_frames_equal_pyav(imports):
+    """The Unitree G1 dataset (AV1 640x480, one MP4 per episode, published by its authors): camera frames at
+    each episode's edges and middle equal what LeRobot's pyav backend decodes from the dataset's own file,
+    found through the dataset's own episodes metadata (not through the import)."""
+    import pyarrow.parquet as pq
+
+    root = third_party_path("unitree_g1_av1")
+    info = json.loads((root / "meta" / "info.json").read_text())
+    meta = pq.read_table(sorted((root / "meta" / "episodes").rglob("*.parquet"))[0]).to_pylist()
+    camera = "observation.images.cam_high"
+    ds = ImportedFrames(imports("unitree_g1_av1", root))
+    assert len(ds) == info["total_frames"] and ds.cameras == [camera]
+    checked = 0
+    # its episodes are 1, 2, 4, 5 and its global indices start at 479: items are positions, values are its own
+    assert [ep["episode_index"] for ep in meta] == ds.episode_indices.tolist() == [1, 2, 4, 5]
+    for ep, (start, end) in zip(meta, ds.episode_bounds):
+        assert end - start == ep["dataset_to_index"] - ep["dataset_from_index"] == ep["length"]
+        path = root / info["video_path"].format(video_key=camera, chunk_index=ep[f"videos/{camera}/chunk_index"],
+                                                file_index=ep[f"videos/{camera}/file_index"])
+        for i in sorted({start, start + 1, (start + end) // 2, end - 2, end - 1}):
+            item = ds[i]
+            assert int(item["episode_index"]) == ep["episode_index"]
+            assert int(item["index"]) == ep["dataset_from_index"] + i - start
+            want = _pyav_frame(str(path), ep[f"videos/{camera}/from_timestamp"] + float(item["timestamp"]))
+            got = item[camera]
+            assert got.dtype == torch.float32 and got.shape == (3, 480, 640)
+            assert torch.equal(got, torch.from_numpy(want).permute(2, 0, 1).to(torch.float32) / 255), i
+            checked += 1
+    assert checked == 20
+
+
+def test_truncated_video_file_is_a_clear_error(tmp_path):
+    """An MP4 cut short after the import: the item names itself, its episode and frame, the camera, the file
+    and what went wrong; the frames before the cut still read."""
+    from tests.helpers import copy_dataset
+
+    root = copy_dataset(lerobot_dataset("so101_av1"), tmp_path / "so101_av1")
+    out = tmp_path / "out"
+    assert run_import(root, out) == 0
+    mp4 = root / "videos" / "observation.images.wrist" / "chunk-000" / "file-000.mp4"
+    data = mp4.read_bytes()
+    ds = ImportedFrames(str(out))
+    last = len(ds) - 1
+    prep = ds._episode(ds.num_episodes - 1)
+    h = ds._handle(prep, "observation.images.wrist")
+    needed = int(h.track.offset[h.track.order[h.locate([float(prep.timestamps[-1])])][0]])
+    mp4.write_bytes(data[:needed])  # the last frame's bytes are gone
+    with pytest.raises(FramesError, match=rf"item {last} \(episode 3, frame 9\) .*camera observation\.images\.wrist: "
+                                          r"cannot read video file .*file-000\.mp4: .*shorter than expected"):
+        ds[last]
+    assert ds[0]["observation.images.wrist"].shape == (3, 32, 48)  # frames before the cut still read

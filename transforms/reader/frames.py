@@ -1,0 +1,595 @@
+"""Training from an import: a map-style PyTorch dataset whose items are what LeRobot's `LeRobotDataset` returns.
+
+`ImportedFrames(OUT)` serves the frames of an import (local path or any fsspec URL, either output
+layout) one item per frame, in the import's episode order. Item `i` is the dict LeRobot's
+`LeRobotDataset.__getitem__` gives for the same frame:
+
+* every frame feature as a tensor, typed as LeRobot's loader types it (it turns each value into a
+  Python object and then into a tensor): floating features float32, integer features int64, booleans
+  bool, shapes as the dataset declares them (a shape-[1] feature is a scalar); string features stay
+  strings; `timestamp`, `frame_index`, `episode_index`, `index`, `task_index` included;
+* each camera (video features and image features) as float32 C x H x W in [0, 1] (`uint8 / 255`);
+* `task`: the task string of the frame's `task_index` (row `task_index` of the dataset's
+  meta/tasks.parquet, as LeRobot looks it up);
+* with `delta_timestamps={key: [seconds]}`: the key's values at those offsets, stacked, each offset
+  clamped into the episode, and `{key}_is_pad` saying which offsets fell outside it. The offsets must
+  be whole frames (within `tolerance_s` of a multiple of 1/fps), as LeRobot checks. A camera window
+  of one offset comes back without its window axis, as LeRobot's `squeeze(0)` leaves it;
+* `image_transforms(frame)` applied to every camera of the item, after the windows;
+* with `recipe=`: the frame's `messages`, `message_streams` and `target_message_indices` as
+  LeRobot's `RenderMessagesStep` renders them (the task fallback included). The language columns
+  themselves are not in the item. Batch such items with `ImportedFrames.collate`.
+
+Camera frames are decoded from the GOPs they need, read by byte range through the MediaIndex (the
+MP4's moov is never read) and kept in a small per-process cache of decode streams (`GopCache`), so
+the items of a batch that share a GOP decode it once. The dataset pickles without any open file or
+decoder and rebuilds its readers lazily in each process, so `DataLoader(num_workers > 0)` works
+with any start method.
+
+torch is needed to build one (`pip install -e ".[torch]"`); this module imports without it.
+"""
+
+from __future__ import annotations
+
+import bisect
+import collections
+import dataclasses
+import io
+import json
+import os
+import threading
+from typing import Any, Callable, Mapping, Optional, Sequence
+
+import numpy as np
+import pyarrow as pa
+
+from transforms import storage
+from transforms.errors import LeRobotImportError
+from transforms.reader.episode import Episode
+from transforms.reader.gop_cache import GopCache
+from transforms.reader.import_reader import ImportReader, _parquet_read, _read_manifest, _row_group
+from transforms.reader.seek import DEFAULT_TOLERANCE, ReaderError, TrackTables, VideoHandle
+
+try:  # a real torch Dataset when torch is there; the module still imports without it
+    from torch.utils.data import Dataset as _Dataset
+except ImportError:  # pragma: no cover - exercised only where torch is absent
+    _Dataset = object  # type: ignore[assignment,misc]
+
+__all__ = ["FramesError", "ImportedFrames", "closure_starts"]
+
+#: Frame fields that hold language annotations: rendered through `recipe=`, never tensors.
+LANGUAGE_FIELDS = ("language_persistent", "language_events")
+#: Keys a recipe adds to an item.
+MESSAGE_KEYS = ("messages", "message_streams", "target_message_indices")
+#: Prepared episodes kept per process (numeric columns as numpy, video handles, renderings).
+EPISODE_CACHE = 64
+#: Episode row groups kept per process.
+ROW_GROUP_CACHE = 4
+
+
+class FramesError(ReaderError, ValueError):
+    """A request `ImportedFrames` cannot serve: bad arguments (unknown keys or episodes, offsets that are
+    not whole frames), or an item LeRobot could not return either (a null value, a frame missing from
+    its video). It is a ValueError, as LeRobot's own checks raise."""
+
+
+def _torch():
+    try:
+        import torch
+    except ImportError:
+        raise ImportError("ImportedFrames needs PyTorch: pip install -e \".[torch]\" (or any torch>=2.2)") from None
+    return torch
+
+
+def closure_starts(track: TrackTables, samples: np.ndarray) -> np.ndarray:
+    """The first decode index each sample's decode needs (its GOP's start, or the previous GOP's for
+    an open-GOP leading picture): `TrackTables.closure_start` for many samples at once.
+
+    Args:
+        track: the file's tables.
+        samples: decode indices.
+    Returns:
+        int64 decode indices, one per sample.
+    """
+    s = np.asarray(samples, np.int64)
+    g = np.maximum(np.searchsorted(track.gop_start, s, side="right") - 1, 0)
+    start = track.gop_start[g]
+    leading = (g > 0) & (track.pts[s] < track.pts[start])
+    return np.where(leading, track.gop_start[np.maximum(g - 1, 0)], start).astype(np.int64)
+
+
+# ------------------------------------------------------------------------------------------------
+# Features as LeRobot types them
+# ------------------------------------------------------------------------------------------------
+
+@dataclasses.dataclass(frozen=True)
+class _Feature:
+    """One frame field: how it becomes part of an item."""
+
+    name: str
+    kind: str                 # "numeric", "string", "image"
+    shape: tuple[int, ...]    # per frame ("numeric" only)
+    dtype: Any                # numpy dtype of the item ("numeric" only)
+
+
+def _item_dtype(t: pa.DataType) -> Optional[np.dtype]:
+    """LeRobot's tensor dtype for Arrow values of type `t`: its loader makes Python numbers of them and
+    `torch.tensor` makes floats float32 and ints int64."""
+    if pa.types.is_floating(t):
+        return np.dtype(np.float32)
+    if pa.types.is_integer(t):
+        return np.dtype(np.int64)
+    if pa.types.is_boolean(t):
+        return np.dtype(bool)
+    return None
+
+
+def _features(frames_type: pa.StructType) -> list[_Feature]:
+    out = []
+    for f in frames_type:
+        t = f.type
+        if f.name in LANGUAGE_FIELDS:
+            continue
+        if isinstance(t, pa.FixedShapeTensorType):
+            dtype = _item_dtype(t.value_type)
+            if dtype is not None:
+                out.append(_Feature(f.name, "numeric", tuple(int(d) for d in t.shape), dtype))
+        elif _item_dtype(t) is not None:
+            out.append(_Feature(f.name, "numeric", (), _item_dtype(t)))
+        elif pa.types.is_string(t) or pa.types.is_large_string(t):
+            out.append(_Feature(f.name, "string", (), None))
+        elif isinstance(t, pa.ExtensionType) and t.extension_name == "spql.EncodedImage":
+            out.append(_Feature(f.name, "image", (), None))
+    return out
+
+
+def _decode_image(data: Optional[bytes], where: str):
+    """An encoded image as LeRobot's loader gives it: PIL decodes it, torchvision's ToTensor makes it
+    C x H x W, 8-bit images float32 in [0, 1]."""
+    torch = _torch()
+    if data is None:
+        raise FramesError(f"{where}: the image is null (LeRobot cannot return a null image either)")
+    try:
+        from PIL import Image
+    except ImportError:
+        raise ImportError("image features need Pillow: pip install pillow") from None
+    try:
+        with Image.open(io.BytesIO(data)) as img:
+            mode = img.mode
+            arr = np.array(img)
+    except Exception as ex:  # noqa: BLE001 - any undecodable image is this frame's error
+        raise FramesError(f"{where}: the image does not decode ({type(ex).__name__}: {ex})") from None
+    if mode == "1":
+        arr = arr.astype(np.uint8) * 255
+    if arr.ndim == 2:
+        arr = arr[:, :, None]
+    t = torch.from_numpy(np.ascontiguousarray(arr.transpose(2, 0, 1)))
+    return t.to(torch.float32) / 255 if t.dtype == torch.uint8 else t
+
+
+# ------------------------------------------------------------------------------------------------
+# One episode, ready to serve items
+# ------------------------------------------------------------------------------------------------
+
+@dataclasses.dataclass
+class _Prepared:
+    episode: Episode
+    length: int
+    values: dict[str, np.ndarray]                # numeric features, item dtypes, (frames, *shape)
+    nulls: dict[str, np.ndarray]                 # numeric features with nulls: (frames,) bool
+    others: dict[str, list]                      # strings and encoded images, per frame
+    timestamps: np.ndarray                       # float32 seconds
+    handles: dict[str, VideoHandle] = dataclasses.field(default_factory=dict)
+    tasks: Optional[list[Optional[str]]] = None
+    rendered: Optional[list] = None
+
+
+def _values(episode: Episode, f: _Feature) -> tuple[np.ndarray, Optional[np.ndarray]]:
+    raw = episode[f.name]
+    nulls = None
+    if np.ma.isMaskedArray(raw):
+        mask = np.ma.getmaskarray(raw)
+        nulls = mask.reshape(len(mask), -1).any(axis=1)
+        raw = raw.filled(0)
+    return np.asarray(raw).astype(f.dtype, copy=False).reshape((-1, *f.shape)), nulls
+
+
+class ImportedFrames(_Dataset):
+    """The frames of an import as a map-style PyTorch dataset of LeRobot items (see the module docstring).
+
+    Args:
+        import_root: the import's output root (local path or fsspec URL).
+        delta_timestamps: `{key: [offsets in seconds]}`: stacked windows with `{key}_is_pad` masks.
+        episodes: serve only these episode indices (in the import's order, as LeRobot does).
+        image_transforms: applied to every camera tensor of an item (e.g. torchvision transforms v2).
+        recipe: a training recipe (`TrainingRecipe`, or the path/URL of its YAML file): items gain
+            `messages`, `message_streams` and `target_message_indices`.
+        tolerance_s: the largest distance (s) between a requested time and the video frame returned, and
+            between an offset and a whole number of frames.
+        allowed_roots: roots video files may be read from (default: the dataset root the manifest names;
+            the import root always).
+        cache_gops: decode streams (about a GOP of one camera each) kept per process.
+    Raises:
+        FramesError: unknown `delta_timestamps` keys or episodes, offsets that are not whole frames.
+        ReaderError: the import cannot be read.
+        ImportError: torch is not installed.
+    """
+
+    def __init__(self, import_root: str, *, delta_timestamps: Optional[Mapping[str, Sequence[float]]] = None,
+                 episodes: Optional[Sequence[int]] = None, image_transforms: Optional[Callable] = None,
+                 recipe: Any = None, tolerance_s: float = DEFAULT_TOLERANCE,
+                 allowed_roots: Optional[Sequence[str]] = None, cache_gops: int = 8) -> None:
+        _torch()
+        self.root = storage.normalize_root(str(import_root))
+        self.tolerance_s = float(tolerance_s)
+        self.allowed_roots = None if allowed_roots is None else [str(r) for r in allowed_roots]
+        self.image_transforms = image_transforms
+        self.delta_timestamps = None if delta_timestamps is None else {k: [float(x) for x in v]
+                                                                       for k, v in delta_timestamps.items()}
+        self._init_process()
+        self._gops = GopCache(cache_gops)
+        manifest = _read_manifest(self.root)
+        self.dataset_root = manifest.dataset if manifest is not None else None
+        reader = self._reader()
+        self._row_groups = reader.row_groups()
+        if not self._row_groups:
+            raise ReaderError(f"the import at {self.root} holds no episodes")
+        schema = _parquet_read(self._row_groups[0].part, lambda pf: pf.schema_arrow)
+        self.features = _features(schema.field("frames").type.value_type)
+        self.cameras = [f.name for f in schema.field("videos").type] if "videos" in schema.names else []
+        self.image_keys = [f.name for f in self.features if f.kind == "image"]
+        self.camera_keys = self.cameras + self.image_keys
+        self.has_language = any(f.name in LANGUAGE_FIELDS for f in schema.field("frames").type.value_type)
+        self._scan(episodes)
+        self.fps: Optional[float] = None
+        self.delta_indices: Optional[dict[str, list[int]]] = None
+        if self.delta_timestamps is not None:
+            self._check_windows()
+        self.recipe = self._load_recipe(recipe)
+        self._task_names: Optional[list[str]] = None
+        self._task_error: Optional[str] = None
+        self._gop_ids: dict[str, np.ndarray] = {}
+
+    # -- setup ---------------------------------------------------------------------------------
+
+    def _init_process(self) -> None:
+        """Per-process state: readers and caches (never pickled, dropped in a forked child)."""
+        self._pid = os.getpid()
+        self._import_reader: Optional[ImportReader] = None
+        self._episodes_cache: collections.OrderedDict = collections.OrderedDict()
+        self._groups_cache: collections.OrderedDict = collections.OrderedDict()
+        self._lock = threading.RLock()
+
+    def _check_process(self) -> None:
+        if self._pid != os.getpid():
+            self._init_process()
+
+    def _reader(self) -> ImportReader:
+        self._check_process()
+        if self._import_reader is None:
+            self._import_reader = ImportReader(self.root, tolerance=self.tolerance_s,
+                                               allowed_roots=self.allowed_roots, open_file=self._gops.open_file)
+        return self._import_reader
+
+    def _scan(self, episodes: Optional[Sequence[int]]) -> None:
+        """Each row group's episodes and lengths (two columns read per row group); the selection."""
+        rg_pos, rows, indices, lengths = [], [], [], []
+        for k, ref in enumerate(self._row_groups):
+            t = _row_group(ref.part, ref.row_group, ["episode_index", "length"])
+            n = t.num_rows
+            rg_pos.append(np.full(n, k, np.int64))
+            rows.append(np.arange(n, dtype=np.int64))
+            indices.append(t.column("episode_index").to_numpy().astype(np.int64))
+            lengths.append(t.column("length").to_numpy().astype(np.int64))
+        rg_pos, rows = np.concatenate(rg_pos), np.concatenate(rows)
+        indices, lengths = np.concatenate(indices), np.concatenate(lengths)
+        if episodes is not None:
+            wanted = np.asarray(list(episodes), np.int64).reshape(-1)
+            missing = np.setdiff1d(wanted, indices)
+            if len(missing):
+                raise FramesError(f"episodes {', '.join(map(str, missing[:20].tolist()))} are not in the import at "
+                                  f"{self.root} (it holds {len(indices)} episodes, "
+                                  f"{int(indices.min())}..{int(indices.max())})")
+            keep = np.isin(indices, wanted)
+            rg_pos, rows, indices, lengths = rg_pos[keep], rows[keep], indices[keep], lengths[keep]
+        self.episode_indices = indices
+        self._ep_rg, self._ep_row, self._ep_len = rg_pos, rows, lengths
+        self._starts = np.concatenate(([0], np.cumsum(lengths))).astype(np.int64)
+
+    def _dataset_file(self, relative: str, what: str) -> bytes:
+        if not self.dataset_root:
+            raise FramesError(f"the import at {self.root} names no dataset in its manifest, so its {relative} "
+                              "cannot be read")
+        try:
+            return storage.read_bytes(storage.dataset_file(self.dataset_root, relative), what=what, file=relative)
+        except LeRobotImportError as ex:
+            raise FramesError(f"cannot read {relative} of the dataset {self.dataset_root}: {ex.message}") from None
+
+    def _check_windows(self) -> None:
+        """LeRobot's checks of `delta_timestamps`: known keys, whole frames within the tolerance."""
+        info = self._dataset_file("meta/info.json", "info file")
+        try:
+            self.fps = float(json.loads(info)["fps"])
+        except (ValueError, KeyError, TypeError):
+            raise FramesError(f"meta/info.json of {self.dataset_root} has no numeric fps, needed to turn "
+                              "delta_timestamps into frames") from None
+        windowed = {f.name for f in self.features if f.kind in ("numeric", "image")} | set(self.cameras)
+        unknown = sorted(set(self.delta_timestamps) - windowed)
+        if unknown:
+            raise FramesError(f"delta_timestamps names {', '.join(map(repr, unknown))}, which the import at "
+                              f"{self.root} has no numeric, image or camera feature for (it has: "
+                              f"{', '.join(sorted(windowed))})")
+        fps, tol = self.fps, self.tolerance_s
+        outside = {k: [d for d in v if abs(d * fps - round(d * fps)) / fps > tol]
+                   for k, v in self.delta_timestamps.items()}
+        outside = {k: v for k, v in outside.items() if v}
+        if outside:
+            raise FramesError(f"delta_timestamps {outside} are outside of the tolerance: offsets must be multiples "
+                              f"of 1/{self.fps:g} s +/- tolerance_s={tol:g} (whole frames); adjust them")
+        self.delta_indices = {k: [round(d * fps) for d in v] for k, v in self.delta_timestamps.items()}
+
+    def _load_recipe(self, recipe: Any):
+        if recipe is None:
+            return None
+        from transforms.language.recipe import TrainingRecipe, load_recipe
+        return recipe if isinstance(recipe, TrainingRecipe) else load_recipe(recipe)
+
+    # -- pickling ------------------------------------------------------------------------------
+
+    def __getstate__(self) -> dict:
+        state = dict(self.__dict__)
+        for key in ("_import_reader", "_episodes_cache", "_groups_cache", "_lock", "_pid"):
+            state.pop(key, None)
+        return state
+
+    def __setstate__(self, state: dict) -> None:
+        self.__dict__.update(state)
+        self._init_process()
+
+    # -- size and layout -----------------------------------------------------------------------
+
+    def __len__(self) -> int:
+        return int(self._starts[-1])
+
+    @property
+    def num_episodes(self) -> int:
+        return len(self.episode_indices)
+
+    @property
+    def episode_bounds(self) -> list[tuple[int, int]]:
+        """(from, to) item positions of each selected episode, in item order."""
+        return [(int(a), int(b)) for a, b in zip(self._starts[:-1], self._starts[1:])]
+
+    @property
+    def bytes_read(self) -> int:
+        """Bytes fetched from video files by this process."""
+        self._gops._check_process()
+        return self._gops.stats.bytes_read
+
+    @property
+    def gop_cache(self) -> GopCache:
+        """This process's decode cache (its counters say how much was decoded)."""
+        self._gops._check_process()
+        return self._gops
+
+    def gop_ids(self, camera: Optional[str] = None):
+        """An id of the decode closure (the GOP) each item's frame of `camera` is decoded from.
+
+        Args:
+            camera: a camera key (default: the first camera).
+        Returns:
+            int64, one per item: equal ids share a GOP (the file and the closure's first sample);
+            -1 for every item when the import has no camera.
+        Raises:
+            FramesError: an unknown camera.
+        """
+        if not self.cameras:
+            return np.full(len(self), -1, np.int64)
+        camera = camera or self.cameras[0]
+        if camera not in self.cameras:
+            raise FramesError(f"no camera {camera!r} in the import at {self.root} (cameras: {', '.join(self.cameras)})")
+        found = self._gop_ids.get(camera)
+        if found is None:
+            files: dict[str, int] = {}
+            parts = []
+            for e in range(self.num_episodes):
+                prep = self._episode(e)
+                h = self._handle(prep, camera)
+                pres = h.locate(prep.timestamps.astype(np.float64))
+                starts = closure_starts(h.track, h.track.order[pres])
+                file_id = files.setdefault(h.uri, len(files))
+                parts.append((np.int64(file_id) << np.int64(32)) | starts)
+            found = np.concatenate(parts) if parts else np.zeros(0, np.int64)
+            self._gop_ids[camera] = found
+        return found.copy()
+
+    # -- episodes ------------------------------------------------------------------------------
+
+    def _locate(self, i: int) -> tuple[int, int]:
+        n = len(self)
+        if not -n <= i < n:
+            raise IndexError(f"item {i} is out of range: the dataset has {n} items")
+        i %= n
+        e = bisect.bisect_right(self._starts, i) - 1
+        return e, i - int(self._starts[e])
+
+    def _episode(self, e: int) -> _Prepared:
+        self._check_process()  # first: a lock copied from a parent process may be held by no one here
+        with self._lock:
+            found = self._episodes_cache.get(e)
+            if found is not None:
+                self._episodes_cache.move_to_end(e)
+                return found
+            k = int(self._ep_rg[e])
+            group = self._groups_cache.get(k)
+            if group is None:
+                group = self._reader().read_row_group(self._row_groups[k])
+                self._groups_cache[k] = group
+                while len(self._groups_cache) > ROW_GROUP_CACHE:
+                    self._groups_cache.popitem(last=False)
+            else:
+                self._groups_cache.move_to_end(k)
+            prepared = self._prepare(group[int(self._ep_row[e])])
+            self._episodes_cache[e] = prepared
+            while len(self._episodes_cache) > EPISODE_CACHE:
+                self._episodes_cache.popitem(last=False)
+            return prepared
+
+    def _prepare(self, episode: Episode) -> _Prepared:
+        values, nulls, others = {}, {}, {}
+        for f in self.features:
+            if f.kind == "numeric":
+                values[f.name], null = _values(episode, f)
+                if null is not None and null.any():
+                    nulls[f.name] = null
+            else:
+                others[f.name] = list(episode[f.name])
+        ts = np.asarray(episode["timestamp"], np.float32) if "timestamp" in episode.features else \
+            np.zeros(episode.length, np.float32)
+        return _Prepared(episode, episode.length, values, nulls, others, ts)
+
+    def _handle(self, prep: _Prepared, camera: str) -> VideoHandle:
+        h = prep.handles.get(camera)
+        if h is None:
+            h = prep.episode.video(camera)
+            prep.handles[camera] = h
+        return h
+
+    # -- tasks and language ---------------------------------------------------------------------
+
+    def _tasks(self) -> Optional[list[str]]:
+        """The dataset's tasks in row order (LeRobot names task_index `k` by row `k`); None when
+        meta/tasks.parquet cannot be read (then an episode's only task names its frames)."""
+        if self._task_names is None and self._task_error is None:
+            import pyarrow.parquet as pq
+            try:
+                table = pq.read_table(pa.BufferReader(self._dataset_file("meta/tasks.parquet", "tasks file")))
+                meta = json.loads((table.schema.metadata or {}).get(b"pandas", b"{}"))
+                column = next((c for c in meta.get("index_columns", []) if isinstance(c, str)), "task")
+                self._task_names = [str(t) for t in table.column(column).to_pylist()]
+            except (FramesError, KeyError, ValueError, pa.ArrowException) as ex:
+                self._task_error = str(ex)
+        return self._task_names
+
+    def _frame_tasks(self, prep: _Prepared) -> list[Optional[str]]:
+        if prep.tasks is None:
+            names = self._tasks()
+            if "task_index" in prep.values and names is not None:
+                prep.tasks = [names[k] if 0 <= k < len(names) else None for k in prep.values["task_index"].tolist()]
+            else:
+                only = prep.episode.tasks
+                prep.tasks = [only[0] if len(only) == 1 else None] * prep.length
+        return prep.tasks
+
+    def _task(self, prep: _Prepared, pos: int, where: str) -> str:
+        task = self._frame_tasks(prep)[pos]
+        if task is None:
+            why = (f"meta/tasks.parquet cannot be read ({self._task_error}) and the episode has tasks "
+                   f"{prep.episode.tasks}") if self._task_error else "meta/tasks.parquet has no such row"
+            raise FramesError(f"{where}: no task for task_index "
+                              f"{prep.values['task_index'][pos] if 'task_index' in prep.values else '(none)'}: {why}")
+        return task
+
+    def _messages(self, prep: _Prepared, pos: int, where: str) -> dict[str, list]:
+        from transforms.language.errors import RenderError
+        from transforms.language.render import render_episode
+
+        if prep.rendered is None:
+            ep = prep.episode
+            feats = set(ep.features)
+            prep.rendered = render_episode(
+                self.recipe,
+                persistent=ep.column("language_persistent") if "language_persistent" in feats else None,
+                events=ep.column("language_events") if "language_events" in feats else None,
+                timestamps=prep.timestamps, indices=prep.values["index"] if "index" in prep.values else
+                np.arange(prep.length), task=self._frame_tasks(prep), mode="processor", errors="return")
+        got = prep.rendered[pos]
+        if isinstance(got, RenderError):
+            raise FramesError(f"{where}: the recipe cannot render this frame: {got}")
+        if got is None:  # the step would drop this frame: it carries no conversation
+            return {k: [] for k in MESSAGE_KEYS}
+        return {k: list(got[k]) for k in MESSAGE_KEYS}
+
+    # -- items ---------------------------------------------------------------------------------
+
+    def _where(self, i: int, prep: _Prepared, pos: int) -> str:
+        return f"item {i} (episode {prep.episode.episode_index}, frame {pos}) of the import at {self.root}"
+
+    def _camera(self, prep: _Prepared, camera: str, times: np.ndarray, where: str):
+        torch = _torch()
+        try:
+            h = self._handle(prep, camera)
+            samples = h.track.order[h.locate(times)]
+            frames = self._gops.frames(h.uri, h.track, samples)
+        except ReaderError as ex:
+            raise FramesError(f"{where}, camera {camera}: {ex}") from None
+        # uint8 -> float32 / 255, computed as LeRobot computes it (the same IEEE division, so the same bits),
+        # in place in one C x H x W buffer
+        hwc = torch.from_numpy(np.stack(frames)).permute(0, 3, 1, 2)
+        out = torch.empty(hwc.shape, dtype=torch.float32)
+        out.copy_(hwc)
+        return out.div_(255)
+
+    def __getitem__(self, i: int) -> dict:
+        """The LeRobot item of item position `i` (see the module docstring).
+
+        Raises:
+            IndexError: `i` out of range.
+            FramesError: a value LeRobot could not return either (a null, a video frame not within
+                `tolerance_s` of its time), naming the item, episode, frame and camera.
+        """
+        torch = _torch()
+        e, pos = self._locate(int(i))
+        prep = self._episode(e)
+        where = self._where(int(i), prep, pos)
+        deltas = self.delta_indices or {}
+        n = prep.length
+        item: dict[str, Any] = {}
+        for f in self.features:
+            rows = pos if f.name not in deltas else np.clip(pos + np.asarray(deltas[f.name]), 0, n - 1)
+            null = prep.nulls.get(f.name)
+            if null is not None and np.any(null[rows]):
+                raise FramesError(f"{where}: {f.name} is null (LeRobot cannot make a tensor of a null value)")
+            if f.kind == "numeric":
+                item[f.name] = torch.from_numpy(np.array(prep.values[f.name][rows]))
+            elif f.kind == "string":
+                item[f.name] = prep.others[f.name][pos]
+            elif np.ndim(rows):
+                item[f.name] = torch.stack([_decode_image(prep.others[f.name][r], where) for r in rows.tolist()])
+            else:
+                item[f.name] = _decode_image(prep.others[f.name][rows], where)
+        for key, d in deltas.items():
+            at = pos + np.asarray(d, np.int64)
+            item[f"{key}_is_pad"] = torch.from_numpy((at < 0) | (at >= n))
+        for cam in self.cameras:
+            rows = np.clip(pos + np.asarray(deltas[cam]), 0, n - 1) if cam in deltas else np.array([pos])
+            frames = self._camera(prep, cam, prep.timestamps[rows].astype(np.float64), where)
+            item[cam] = frames.squeeze(0)
+        if self.image_transforms is not None:
+            for cam in self.camera_keys:
+                if cam in item:
+                    item[cam] = self.image_transforms(item[cam])
+        item["task"] = self._task(prep, pos, where)
+        if self.recipe is not None:
+            item.update(self._messages(prep, pos, where))
+        return item
+
+    @staticmethod
+    def collate(batch: Sequence[dict]) -> dict:
+        """`torch.utils.data.default_collate`, except that the recipe's lists (`messages`, ...) stay lists
+        of per-item values (their lengths differ between items).
+
+        Args:
+            batch: items.
+        """
+        from torch.utils.data import default_collate
+        if not batch:
+            return {}
+        kept = {k: [item[k] for item in batch] for k in MESSAGE_KEYS if k in batch[0]}
+        rest = default_collate([{k: v for k, v in item.items() if k not in kept} for item in batch])
+        return {**rest, **kept}
+
+    def __repr__(self) -> str:
+        return (f"ImportedFrames({self.root!r}, items={len(self)}, episodes={self.num_episodes}, "
+                f"cameras={self.cameras!r}, windows={sorted(self.delta_timestamps or {})!r})")
+

@@ -1,0 +1,270 @@
+"""Decoded GOPs kept per process, so frames that share a GOP are read and decoded once.
+
+Training reads frames in batches, and the frames of one batch (or of neighbouring items, or of the
+windows around one item) often fall in the same GOP. A `GopCache` keeps, per process, the last few
+decode streams it opened: one stream starts at the first sample of a frame's decode closure (its
+GOP's sync sample, or the previous GOP's for an open-GOP leading picture), fetches the GOP's bytes
+with one batch of range reads from the MediaIndex's offsets and sizes, and decodes only as far as
+the frames asked so far; a later request for a frame further into the same GOP resumes the same
+decoder instead of starting over. Every frame a stream outputs is kept (RGB, H x W x 3 uint8), so
+any frame of a cached GOP is answered without decoding again.
+
+It also keeps the open range readers of the video files (one per file, reused by every stream) and
+counts the bytes they fetch. Nothing here is shared between processes: a cache found in a process
+other than the one that made it (a forked DataLoader worker) starts empty.
+"""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+import os
+import threading
+from fractions import Fraction
+from typing import Any
+
+import numpy as np
+
+from transforms import storage
+from transforms.errors import LeRobotImportError
+from transforms.mp4 import ranges
+from transforms.reader.seek import ReaderError, TrackTables, _codec_context
+
+__all__ = ["GopCache", "gop_end"]
+
+
+def gop_end(track: TrackTables, sample: int) -> int:
+    """The last decode index of the GOP holding `sample`.
+
+    Args:
+        track: the file's tables.
+        sample: a decode index.
+    """
+    g = int(np.searchsorted(track.gop_start, sample, side="right")) - 1
+    return int(track.gop_start[g + 1]) - 1 if g + 1 < len(track.gop_start) else track.num_samples - 1
+
+
+@dataclasses.dataclass
+class _Stream:
+    """One decode in progress: samples `first..` of a file, fed in decode order up to `fed - 1`."""
+
+    uri: str
+    track: TrackTables
+    first: int
+    last: int                       # the last sample whose bytes are fetched
+    data: dict[int, memoryview]     # sample -> its bytes
+    ctx: Any = None                 # the PyAV codec context (None once flushed)
+    fed: int = 0                    # next sample to feed
+    frames: dict[int, np.ndarray] = dataclasses.field(default_factory=dict)  # sample -> RGB frame
+    nbytes: int = 0                 # bytes of `frames`
+    by_pts: dict[int, int] = dataclasses.field(default_factory=dict)  # pts -> sample, of samples fetched
+
+
+class GopCache:
+    """Decode streams and open video files of one process.
+
+    Args:
+        max_gops: how many decode streams (about one GOP of one camera each) to keep; 0 keeps none
+            (every request decodes its closure again).
+        max_files: how many video files to keep open for range reads.
+        threads: decoder threads per stream.
+        max_bytes: decoded frames kept, in bytes, over all streams: older streams are dropped first (the
+            stream in use is always kept, however long its GOP).
+    """
+
+    def __init__(self, max_gops: int = 8, *, max_files: int = 32, threads: int = 1,
+                 max_bytes: int = 1 << 30) -> None:
+        self.max_gops = max(0, int(max_gops))
+        self.max_bytes = int(max_bytes)
+        self.max_files = max(1, int(max_files))
+        self.threads = threads
+        #: What reached storage from video files in this process (requests and bytes).
+        self.stats = storage.ReadCounter()
+        #: Decode streams started, and samples fed to a decoder (a benchmark's measure of decode work).
+        self.streams_started = 0
+        self.samples_decoded = 0
+        self._pid = os.getpid()
+        self._streams: collections.OrderedDict = collections.OrderedDict()
+        self._files: collections.OrderedDict = collections.OrderedDict()
+        self._lock = threading.RLock()
+        self._reformatters: dict[tuple, Any] = {}
+
+    # -- processes -------------------------------------------------------------------------------
+
+    def _check_process(self) -> None:
+        """Drop what a parent process left: its readers' connections and decoders are not ours."""
+        if self._pid != os.getpid():
+            self._pid = os.getpid()
+            self._lock = threading.RLock()
+            self._streams.clear()
+            self._files.clear()
+            self._reformatters.clear()
+            self.stats = storage.ReadCounter()
+            self.streams_started = self.samples_decoded = 0
+
+    def __getstate__(self) -> dict:
+        return {"max_gops": self.max_gops, "max_files": self.max_files, "threads": self.threads,
+                "max_bytes": self.max_bytes}
+
+    def __setstate__(self, state: dict) -> None:
+        self.__init__(state["max_gops"], max_files=state["max_files"], threads=state["threads"],
+                      max_bytes=state["max_bytes"])
+
+    # -- files -----------------------------------------------------------------------------------
+
+    def open_file(self, uri: str) -> ranges.RangeReader:
+        """The range reader of `uri`, opened once per process and counted in `stats`.
+
+        Args:
+            uri: the video file.
+        """
+        self._check_process()
+        reader = self._files.get(uri)
+        if reader is None:
+            reader = ranges.open_uri(uri, stats=self.stats)
+            self._files[uri] = reader
+            while len(self._files) > self.max_files:
+                self._files.popitem(last=False)
+        else:
+            self._files.move_to_end(uri)
+        return reader
+
+    # -- frames ----------------------------------------------------------------------------------
+
+    def frames(self, uri: str, track: TrackTables, samples: np.ndarray) -> list[np.ndarray]:
+        """The RGB frames (H x W x 3 uint8) of decode indices `samples` of the file `uri`.
+
+        Args:
+            uri: the video file.
+            track: its tables (from its MediaIndex).
+            samples: decode indices.
+        Returns:
+            One frame per sample, in the order asked (the arrays are the cache's: do not modify them).
+        Raises:
+            ReaderError: the bytes cannot be read or do not decode to the frames the index promises.
+        """
+        self._check_process()
+        with self._lock:
+            return [self._sample_frame(uri, track, s) for s in np.asarray(samples, np.int64).tolist()]
+
+    def _sample_frame(self, uri: str, track: TrackTables, s: int) -> np.ndarray:
+        first = track.closure_start(s)
+        key = (uri, first)
+        stream = self._streams.get(key)
+        if stream is None:
+            stream = self._start(uri, track, first)
+            if self.max_gops:
+                self._streams[key] = stream
+                while len(self._streams) > self.max_gops:
+                    self._streams.popitem(last=False)
+        else:
+            self._streams.move_to_end(key)
+        try:
+            frame = self._frame(stream, s)
+        except ReaderError:
+            self._streams.pop(key, None)  # a failed stream is not kept: the next request tries afresh
+            raise
+        self._trim(key)
+        return frame
+
+    def _trim(self, keep: tuple) -> None:
+        """Drop the least recently used streams (never `keep`) while the frames kept exceed `max_bytes`."""
+        total = sum(st.nbytes for st in self._streams.values())
+        for k in list(self._streams):
+            if total <= self.max_bytes:
+                break
+            if k != keep:
+                total -= self._streams.pop(k).nbytes
+
+    def _start(self, uri: str, track: TrackTables, first: int) -> _Stream:
+        self.streams_started += 1
+        stream = _Stream(uri=uri, track=track, first=first, last=first - 1, data={}, fed=first)
+        self._fetch(stream, gop_end(track, first))
+        return stream
+
+    def _fetch(self, stream: _Stream, last: int) -> None:
+        """Read the bytes of samples `stream.last + 1 .. last` in one batch of range reads."""
+        tr = stream.track
+        lo = stream.last + 1
+        if last < lo:
+            return
+        off = tr.offset[lo:last + 1]
+        end = off + tr.size[lo:last + 1]
+        breaks = np.flatnonzero(off[1:] != end[:-1]) + 1
+        starts = off[np.concatenate(([0], breaks))]
+        ends = end[np.concatenate((breaks - 1, [len(off) - 1]))]
+        try:
+            runs = self.open_file(stream.uri).read_ranges(starts.tolist(), ends.tolist())
+        except LeRobotImportError as ex:
+            raise ReaderError(f"cannot read video file {stream.uri}: {ex.message}") from None
+        run_of = np.searchsorted(starts, off, side="right") - 1
+        rel = off - starts[run_of]
+        views = [memoryview(r) for r in runs]
+        for k, s in enumerate(range(lo, last + 1)):
+            stream.data[s] = views[run_of[k]][rel[k]:rel[k] + int(tr.size[s])]
+        stream.by_pts.update(zip(tr.pts[lo:last + 1].tolist(), range(lo, last + 1)))
+        stream.last = last
+
+    def _rgb(self, frame: Any) -> np.ndarray:
+        """The frame as RGB24 H x W x 3. One converter per frame geometry: a frame's own
+        `to_ndarray(format=...)` sets up a new scaler each time, which costs more than decoding a small
+        frame (the pixels are the same either way)."""
+        key = (frame.width, frame.height, frame.format.name)
+        convert = self._reformatters.get(key)
+        if convert is None:
+            from av.video.reformatter import VideoReformatter
+            convert = self._reformatters[key] = VideoReformatter()
+        return convert.reformat(frame, format="rgb24", threads=1).to_ndarray()
+
+    def _frame(self, stream: _Stream, sample: int) -> np.ndarray:
+        """Feed the stream's decoder until `sample`'s frame comes out (or the stream is flushed)."""
+        import av
+
+        found = stream.frames.get(sample)
+        if found is not None:
+            return found
+        tr = stream.track
+        if sample > stream.last:  # an open-GOP leading picture of the next GOP: extend the stream
+            if stream.fed > stream.first and stream.ctx is None:  # already drained: start it over
+                stream.frames.clear()
+                stream.data.clear()
+                stream.by_pts.clear()
+                stream.nbytes = 0
+                stream.last, stream.fed = stream.first - 1, stream.first
+                self.streams_started += 1
+            self._fetch(stream, gop_end(tr, sample))
+        if stream.ctx is None and stream.fed == stream.first:
+            stream.ctx = _codec_context(tr, self.threads)
+        time_base = Fraction(1, tr.timescale)
+        by_pts = stream.by_pts
+
+        def take(decoded) -> None:
+            for fr in decoded:
+                s = by_pts.get(fr.pts)
+                if s is not None and s not in stream.frames:
+                    rgb = stream.frames[s] = self._rgb(fr)
+                    stream.nbytes += rgb.nbytes
+
+        try:
+            while sample not in stream.frames and stream.ctx is not None:
+                if stream.fed <= stream.last:
+                    s = stream.fed
+                    pkt = av.Packet(bytes(stream.data.pop(s)))
+                    pkt.pts, pkt.dts, pkt.time_base = int(tr.pts[s]), int(tr.dts[s]), time_base
+                    if tr.sync[s]:
+                        pkt.is_keyframe = True
+                    stream.fed += 1
+                    self.samples_decoded += 1
+                    take(stream.ctx.decode(pkt))
+                else:  # every fetched sample is in: drain the decoder's delayed frames
+                    take(stream.ctx.decode(None))
+                    stream.ctx = None
+        except av.error.FFmpegError as ex:
+            stream.ctx = None
+            raise ReaderError(f"decoding samples {stream.first}..{stream.last} of {stream.uri} failed: {ex}") from None
+        found = stream.frames.get(sample)
+        if found is None:
+            raise ReaderError(f"decoding samples {stream.first}..{stream.last} of {stream.uri} did not output the "
+                              f"frame of sample {sample}")
+        return found
+
