@@ -8,16 +8,21 @@ the run reads everything at that commit and its outputs name it, however the bra
 
 from __future__ import annotations
 
+import logging
 from typing import Optional, Sequence
 
 from transforms import hub, storage
 from transforms.episode import paths
+from transforms.errors import LeRobotImportError
+
+_LOG = logging.getLogger(__name__)
 
 
 def resolve_targets(dataset: Sequence[str], datasets: Optional[str], output: str) -> tuple[tuple[str, str], ...]:
     """(dataset root, output root) pairs for `--dataset` roots and a `--datasets` spec; SystemExit if unusable."""
     pins: dict[str, str] = {}
-    roots = [_root(d, pins) for d in dataset]
+    several = bool(datasets) or len(dataset) > 1
+    roots = [_root(d, pins, tolerate=several) for d in dataset]
     bulk = resolve_datasets(datasets, pins) if datasets else []
     out = storage.normalize_root(output)
     if not roots and not bulk:
@@ -61,9 +66,9 @@ def resolve_datasets(spec: str, pins: Optional[dict[str, str]] = None) -> list[s
             matches = hub.list_datasets(item)
             if not matches:
                 raise SystemExit(f"error: --datasets pattern {item!r} matches no dataset of that owner on the Hub")
-            roots += [_root(m, pins) for m in matches]
+            roots += [_root(m, pins, tolerate=True) for m in matches]
         elif hub.is_hub(item):
-            roots.append(_root(item, pins))
+            roots.append(_root(item, pins, tolerate=True))
         elif any(c in item for c in "*?["):
             matches = [m for m in storage.glob(storage.normalize_root(item)) if storage.is_dir(m)]
             if not matches:
@@ -74,13 +79,28 @@ def resolve_datasets(spec: str, pins: Optional[dict[str, str]] = None) -> list[s
     return roots
 
 
-def _root(item: str, pins: dict[str, str]) -> str:
-    """A dataset root as the run reads it: normalised, a Hub root pinned at its commit (once per run)."""
+def _root(item: str, pins: dict[str, str], *, tolerate: bool = False) -> str:
+    """A dataset root as the run reads it: normalised, a Hub root pinned at its commit (once per run).
+
+    Args:
+        item: the root as the user wrote it.
+        pins: Hub roots already pinned in this run (filled in).
+        tolerate: a Hub root that cannot be pinned (missing, private, gated, no such revision) is kept
+            as written instead of stopping the run: in a run over several datasets one dataset's failure
+            never stops the others, and its import meets the same refusal and records it in its own
+            errors.jsonl. A run over one dataset stops at once with the clear error instead.
+    """
     if not hub.is_hub(item):
         return storage.normalize_root(item)
     key = item.rstrip("/")
     if key not in pins:
-        pins[key] = hub.pin(key)
+        try:
+            pins[key] = hub.pin(key)
+        except LeRobotImportError as ex:
+            if not tolerate or ex.rule not in ("hub_access", "hub_revision"):
+                raise
+            _LOG.warning("%s cannot be imported (%s); the other datasets go on", key, ex)
+            pins[key] = key
     return storage.normalize_root(pins[key])
 
 

@@ -282,6 +282,21 @@ def test_missing_private_and_unknown_revision_name_the_repo(tmp_path):
     assert not (tmp_path / "out").exists()
 
 
+def test_in_a_bulk_run_an_unusable_hub_dataset_fails_alone(tmp_path):
+    """One missing Hub dataset among several stops nothing: the others import, it fails in its own output."""
+    root = write_dataset(tmp_path / "ds", DatasetSpec(lengths=(3, 4), episodes_per_meta_file=1))
+    out = tmp_path / "out"
+    with HubStandIn() as standin, standin.configure():
+        standin.add_dataset("team/arm_a", root)
+        status = run_import([], out, "--datasets", "hf://datasets/team/arm_a,hf://datasets/team/gone")
+    assert status == 1
+    assert read_manifest(out / "arm_a")["totals"]["episodes_written"] == 2
+    errors = read_errors(out / "gone")
+    assert errors and {e["rule"] for e in errors} == {"hub_access"}
+    assert all("the Hub dataset team/gone does not exist" in e["message"] for e in errors)
+    assert all(e["dataset"] == "hf://datasets/team/gone" for e in errors)
+
+
 def test_gated_dataset_without_access_fails_with_the_next_step(tmp_path):
     root = write_dataset(tmp_path / "ds", DatasetSpec(lengths=(3,)))
     with HubStandIn() as standin, standin.configure(token="hf_not_granted_0123456789"):

@@ -310,14 +310,14 @@ def test_deleted_episodes_file_loses_its_output(store, tmp_path, capsys):
     assert sorted(p for p in second.objects if p.startswith("episodes/")) == [OUT.format(i) for i in range(3)]
 
 
-def _assert_failed_then_retried(first: Run, second: Run, *, bad: str) -> None:
+def _assert_failed_then_retried(first: Run, second: Run, *, bad: str, rule: str = "data_file") -> None:
     """`first` failed the two episodes files reading data file-001 (`bad`); `second` imported them only."""
     assert first.code == 1
     assert first.statuses() == {EF.format(0): "imported", EF.format(1): "imported",
                                 EF.format(2): "failed", EF.format(3): "failed"}
     assert first.summary == "failed - 2/4 episodes, 12 frames, 2/4 episodes files, 2 errors"
     assert sorted((e["episodes_file"], e["episode_index"], e["file"], e["rule"]) for e in first.errors) == [
-        (EF.format(2), 2, bad, "data_file"), (EF.format(3), 3, bad, "data_file")]
+        (EF.format(2), 2, bad, rule), (EF.format(3), 3, bad, rule)]
     assert OUT.format(2) not in first.objects and OUT.format(3) not in first.objects
 
     assert second.code == 0
@@ -354,7 +354,10 @@ def test_failed_episodes_files_are_retried_though_their_sources_did_not_change(s
     with storage_emulators.deny_reads(store.url(f"{key}/ds/{DATA.format(1)}")):
         first = run(store, key, capsys)
     second = run(store, key, capsys)
-    _assert_failed_then_retried(first, second, bad=DATA.format(1))
+    _assert_failed_then_retried(first, second, bad=DATA.format(1), rule="io")
+    denied = [e for e in first.errors if e["file"] == DATA.format(1)]
+    assert denied and all(e["rule"] == "io" and "storage refused access" in e["message"]
+                          and "credentials" in e["message"] for e in denied), denied
     for rel in (EF.format(2), EF.format(3)):  # same sources, recorded by the failed run and by the retry
         assert first.manifest["episodes_files"][rel]["source_digest"] == \
             second.manifest["episodes_files"][rel]["source_digest"]
@@ -520,12 +523,13 @@ def test_mp4_dataset_deleted_episodes_file_loses_its_output(store, tmp_path, cap
     assert_media_index_left_alone(store, key, first, second, [])
 
 
-def _assert_mp4_failed_then_retried(store: Store, key: str, first: Run, second: Run) -> None:
+def _assert_mp4_failed_then_retried(store: Store, key: str, first: Run, second: Run, *,
+                                    rule: str = "data_file") -> None:
     """`first` failed the last episodes file (its data file 001/001 unreadable); `second` imported it only."""
     assert first.code == 1
     assert first.statuses() == {**{rel: "imported" for rel in MF[:4]}, LAST: "failed"}
     assert first.summary.startswith("failed - 8/10 episodes, 81 frames, 4/5 episodes files, ")
-    assert (LAST, 9, LAST_DATA, "data_file") in {(e["episodes_file"], e["episode_index"], e["file"], e["rule"])
+    assert (LAST, 9, LAST_DATA, rule) in {(e["episodes_file"], e["episode_index"], e["file"], e["rule"])
                                                  for e in first.errors}
     assert {e["episodes_file"] for e in first.errors} == {LAST}
     assert _out(LAST) not in first.objects
@@ -558,6 +562,6 @@ def test_mp4_dataset_failed_episodes_file_is_retried_though_unchanged(store, tmp
     with storage_emulators.deny_reads(store.url(f"{key}/ds/{LAST_DATA}")):
         first = run(store, key, capsys)
     second = run(store, key, capsys)
-    _assert_mp4_failed_then_retried(store, key, first, second)
+    _assert_mp4_failed_then_retried(store, key, first, second, rule="io")
     assert first.manifest["episodes_files"][LAST]["source_digest"] == \
         second.manifest["episodes_files"][LAST]["source_digest"]

@@ -141,6 +141,15 @@ class _CheckDataset(beam.DoFn):
         self._skipped = counter("datasets_skipped")
 
     def process(self, root: str) -> Iterator:
+        if storage.hub_repo(root) and not storage.hub_commit(root):
+            # A Hub root the run could not pin at a commit (missing, private, gated, no such revision):
+            # ask once more here so the dataset fails with the Hub's own answer, alone.
+            try:
+                hub.pin(root)
+            except LeRobotImportError as ex:
+                failure = error_record(ex, dataset=root, episodes_file=None)
+                yield beam.pvalue.TaggedOutput("reports", (root, DatasetReport(failures=(failure,))))
+                return
         source = _fingerprint(root)
         previous = self._previous_manifest(root)
         if source is not None and not self._config.force and self._up_to_date(root, source, previous):

@@ -36,7 +36,8 @@ _PERMANENT = (FileNotFoundError, FileExistsError, PermissionError, IsADirectoryE
 
 def is_transient(ex: BaseException) -> bool:
     """Connection resets, timeouts and server errors are worth a retry; a missing file is not."""
-    if isinstance(ex, _PERMANENT) or hub.is_hub_error(ex):  # the Hub's are retried where they are made
+    # A refusal stays a refusal; the Hub's errors are retried where they are made.
+    if isinstance(ex, _PERMANENT) or access_denied(ex) or hub.is_hub_error(ex):
         return False
     return isinstance(ex, (OSError, ConnectionError, TimeoutError)) or type(ex).__name__ in (
         "HttpError", "ServiceUnavailable", "ClientError", "ServerDisconnectedError", "ClientOSError")
@@ -279,10 +280,11 @@ class ReadCounter:
 class CountingFile(io.RawIOBase):
     """A read-only file that counts what is read from the underlying fsspec file."""
 
-    def __init__(self, raw, size: int, counter: ReadCounter) -> None:
+    def __init__(self, raw, size: int, counter: ReadCounter, *, what: str = "file", file: str = "") -> None:
         self._raw = raw
         self._size = size
         self._counter = counter
+        self._what, self._file = what, file
 
     def readable(self) -> bool:
         return True
@@ -307,7 +309,12 @@ class CountingFile(io.RawIOBase):
                 self._raw.seek(position)
             return self._raw.read(n)
 
-        data = with_retries(attempt)
+        try:
+            data = with_retries(attempt)
+        except OSError as ex:
+            if access_denied(ex):
+                raise denied_error(ex, what=self._what, file=self._file) from None
+            raise
         self._counter.requests += 1
         self._counter.bytes_read += len(data)
         return data
@@ -335,6 +342,8 @@ def open_counted(uri: str, counter: ReadCounter, *, what: str, file: str) -> Cou
         raise LeRobotImportError("file_missing", f"{what} {file} does not exist (expected at {uri})",
                                  file=file) from None
     except OSError as ex:
+        if access_denied(ex):
+            raise denied_error(ex, what=what, file=file) from None
         raise LeRobotImportError("io", f"cannot open {what} {file}: {ex}", file=file) from None
     if size is not None and size < LFS_POINTER_MAX_BYTES:
         try:
@@ -344,7 +353,24 @@ def open_counted(uri: str, counter: ReadCounter, *, what: str, file: str) -> Cou
         except BaseException:
             raw.close()
             raise
-    return CountingFile(raw, size, counter)
+    return CountingFile(raw, size, counter, what=what, file=file)
+
+
+def access_denied(ex: BaseException) -> bool:
+    """Whether storage refused a read for want of permission (a local PermissionError, s3fs's, an HTTP
+    401/403 from gcsfs or another HTTP store), rather than the bytes being bad."""
+    if isinstance(ex, PermissionError):
+        return True
+    if type(ex) is OSError and str(ex).startswith("Forbidden: "):  # how gcsfs reports a 403
+        return True
+    code = getattr(ex, "code", None) or getattr(ex, "status", None)
+    return code in (401, 403)
+
+
+def denied_error(ex: BaseException, *, what: str, file: str) -> LeRobotImportError:
+    """The `io` error of a read storage refused: says so, instead of blaming the file's content."""
+    return LeRobotImportError("io", f"cannot read {what} {file}: storage refused access ({ex}); check that the "
+                              "credentials this run uses may read it, then run the import again", file=file)
 
 
 def _supports_unbuffered(fs: fsspec.AbstractFileSystem) -> bool:
@@ -378,6 +404,8 @@ def read_bytes(uri: str, *, what: str, file: str, max_bytes: int = READ_BYTES_LI
         raise LeRobotImportError("file_missing", f"{what} {file} does not exist (expected at {uri})",
                                  file=file) from None
     except OSError as ex:
+        if access_denied(ex):
+            raise denied_error(ex, what=what, file=file) from None
         raise LeRobotImportError("io", f"cannot read {what} {file}: {ex}", file=file) from None
     if len(data) > max_bytes:  # it grew since it was asked for its size
         raise LeRobotImportError("limit", f"{what} {file} grew past {max_bytes:,} bytes while it was read; at "
@@ -498,6 +526,9 @@ def exists(uri: str) -> bool:
 
 
 def optional_read(uri: str) -> Optional[bytes]:
+    """The whole file at `uri`, or None when it does not exist; a local FIFO or device is `not_a_file`
+    (reading one would block or never end)."""
+    check_regular_file(uri, what="file", file=uri)
     fs, path = filesystem(uri)
     try:
         return with_retries(lambda: fs.cat_file(path))

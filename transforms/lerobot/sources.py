@@ -29,7 +29,7 @@ from transforms import storage
 from transforms.errors import LeRobotImportError
 from transforms.lerobot.episodes_files import EpisodeRow, read_episode_rows
 from transforms.lerobot.fingerprint import SOURCE_DIRS, VERSION_KEYS
-from transforms.lerobot.info import EPISODES_DIR, INFO_PATH, DatasetInfo, parse_info
+from transforms.lerobot.info import EPISODES_DIR, INFO_JSON_MAX_BYTES, INFO_PATH, DatasetInfo, parse_info
 
 #: Listing keys that change when an object is rewritten; `created` is all the in-memory store gives.
 _VERSION_KEYS = VERSION_KEYS + ("created",)
@@ -218,9 +218,15 @@ def info_digest(raw: bytes) -> str:
 
 def load_info(root: str, *, skip_videos: bool) -> tuple[Optional[DatasetInfo], Optional[str], Optional[str]]:
     """(info, `info_digest`, problem): info.json parsed as the import parses it, or why it cannot be."""
-    raw = storage.optional_read(storage.join(root, INFO_PATH))
-    if raw is None:
-        return None, None, f"{INFO_PATH} does not exist under {root}: is this the root of a LeRobot v3 dataset?"
+    # Read as the import reads it (a regular file, within the size limit): a FIFO or a huge file named
+    # info.json must not stall or fill the worker here, before the checks that report it have run.
+    try:
+        raw = storage.read_bytes(storage.dataset_file(root, INFO_PATH), what="info file", file=INFO_PATH,
+                                 max_bytes=INFO_JSON_MAX_BYTES)
+    except LeRobotImportError as ex:
+        if ex.rule == "file_missing":
+            return None, None, f"{INFO_PATH} does not exist under {root}: is this the root of a LeRobot v3 dataset?"
+        return None, None, str(ex)
     digest = info_digest(raw)
     try:
         info = parse_info(raw)
