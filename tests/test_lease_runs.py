@@ -157,7 +157,7 @@ def test_gs_emulator_output_held_then_taken_over_after_expiry(capsys):
         assert lease.read_lease(out) is None
 
 
-def test_two_runs_started_together_on_the_gs_emulator(capsys):
+def test_two_runs_started_together_on_the_gs_emulator(tmp_path, capsys):
     reason = storage_emulators.missing("gcp_storage_emulator.server", "gcsfs")
     if reason:
         pytest.skip(reason)
@@ -165,6 +165,18 @@ def test_two_runs_started_together_on_the_gs_emulator(capsys):
         fsspec.filesystem("gs").mkdir("lease-race")
         out = "gs://lease-race/out"
         _, loser = _race_two_runs(out)
-        run_id = json.loads(fsspec.filesystem("gs").cat("lease-race/out/manifest.json"))["run_id"]
+        gs = fsspec.filesystem("gs")
+        run_id = json.loads(gs.cat("lease-race/out/manifest.json"))["run_id"]
         assert f"skipped - being imported by run {run_id} on host " in loser
         assert lease.read_lease(out) is None
+        raced = {p[len("lease-race/out/"):]: gs.cat(p) for p in gs.find("lease-race/out")}
+    # the output is what one run alone makes: every part byte for byte, the same parts in the manifest
+    alone = tmp_path / "alone"
+    assert run_import(SAMPLE, alone) == 0
+    expected = _same_output(alone)
+    assert sorted(raced) == sorted(expected)
+    for name in expected:
+        if name != "manifest.json":
+            assert raced[name] == expected[name], name
+    parts = lambda doc: {rel: e["parts"] for rel, e in doc["episodes_files"].items()}  # noqa: E731
+    assert parts(json.loads(raced["manifest.json"])) == parts(json.loads(expected["manifest.json"]))
