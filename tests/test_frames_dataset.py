@@ -60,10 +60,12 @@ def _recorded(root) -> tuple[dict, dict[str, dict[int, dict[str, np.ndarray]]]]:
     return info, runs
 
 
-def _compare(ds: ImportedFrames, info: dict, run: str, items: dict[int, dict[str, np.ndarray]]) -> int:
-    """Every recorded item against ours, key by key; LeRobot's errors must be ours too. Returns the count."""
+def _compare(ds: ImportedFrames, info: dict, run: str, items: dict[int, dict[str, np.ndarray]],
+             order=None) -> int:
+    """Every recorded item against ours, key by key (in `order`, default ascending); LeRobot's errors must be
+    ours too. Returns the count."""
     compared = 0
-    for i in sorted(int(k) for k in info["items"]):
+    for i in sorted(int(k) for k in info["items"]) if order is None else order:
         entry = info["items"][str(i)]
         error = entry.get(f"error_{run}")
         if error is not None:
@@ -105,6 +107,58 @@ def test_items_equal_lerobot(imports, name, run):
     if run == "windows":  # the windows really cross episode edges (padding on both sides somewhere)
         pads = np.concatenate([runs[run][i][f"{k}_is_pad"] for i in runs[run] for k in info["delta_timestamps"]])
         assert pads.any() and not pads.all()
+
+
+@pytest.mark.parametrize("name", ["so101_av1", "h264_multi_file"])
+def test_random_order_items_equal_lerobot(imports, name):
+    """In a shuffled order through a cache of one stream, every camera read is a fresh decode that starts
+    from a recycled (flushed) decoder, reads only its frame's decode closure and converts only the frames
+    asked for; the items are still LeRobot's, bit for bit."""
+    root = lerobot_dataset(name)
+    info, runs = _recorded(root)
+    ds = ImportedFrames(imports(name), delta_timestamps=info["delta_timestamps"], cache_gops=1)
+    order = np.random.default_rng(3).permutation(len(ds)).tolist()
+    assert _compare(ds, info, "windows", runs["windows"], order) == len(ds)
+    cache = ds.gop_cache
+    assert cache.decoders_reused > 0 and cache.decoders_created <= 2 * len(ds.cameras)
+    assert cache.decoders_created + cache.decoders_reused == cache.streams_started
+
+    # a cold read of one frame fetches the bytes of its decode closure, not the rest of its GOP
+    fresh = ImportedFrames(imports(name))
+    camera = fresh.cameras[0]
+    prep = fresh._episode(0)
+    h = fresh._handle(prep, camera)
+    samples = h.track.order[h.locate(prep.timestamps.astype(np.float64))]
+    firsts = closure_starts(h.track, samples)
+    ends = np.array([gop_end(h.track, f) for f in firsts.tolist()])
+    inside = np.flatnonzero(samples < ends)  # not the GOP's last sample
+    deepest = inside[np.argmax(samples[inside] - firsts[inside])]
+    s, first = int(samples[deepest]), int(firsts[deepest])
+    frame = fresh.gop_cache.frames(h.uri, h.track, [s])[0]
+    assert frame.shape == (h.track.height, h.track.width, 3) and frame.dtype == np.uint8
+    closure = int(h.track.size[first:s + 1].sum())
+    gop = int(h.track.size[first:gop_end(h.track, first) + 1].sum())
+    assert closure < gop
+    # h264 with B-frames may hold the frame back until later samples are in: then the rest of the GOP is read
+    assert fresh.bytes_read in (closure, gop)
+    if name == "so101_av1":  # AV1 outputs each frame as soon as its sample is in
+        assert fresh.bytes_read == closure
+
+
+def test_camera_tensors_are_lerobots_values_in_channels_last_memory(imports):
+    """A camera tensor is a channels-first view of the decoded channels-last pixels (LeRobot's own conversion,
+    without a transposing copy): equal to the contiguous tensor, and batched into a contiguous one."""
+    from torch.utils.data import default_collate
+
+    ds = ImportedFrames(imports("so101_av1"))
+    items = [ds[i] for i in (0, 7, 30)]
+    for camera in ds.cameras:
+        t = items[0][camera]
+        c, height, width = t.shape
+        assert c == 3 and t.stride() == (1, width * 3, 3)
+        assert torch.equal(t, t.contiguous())
+        batch = default_collate(items)[camera]
+        assert batch.is_contiguous() and torch.equal(batch, torch.stack([it[camera].contiguous() for it in items]))
 
 
 @pytest.mark.parametrize("run", ["plain", "windows"])

@@ -8,7 +8,9 @@ layout) one item per frame, in the import's episode order. Item `i` is the dict 
   Python object and then into a tensor): floating features float32, integer features int64, booleans
   bool, shapes as the dataset declares them (a shape-[1] feature is a scalar); string features stay
   strings; `timestamp`, `frame_index`, `episode_index`, `index`, `task_index` included;
-* each camera (video features and image features) as float32 C x H x W in [0, 1] (`uint8 / 255`);
+* each camera (video features and image features) as float32 C x H x W in [0, 1] (`uint8 / 255`); a
+  video frame's tensor is a channels-first view of channels-last memory (no transposing copy), equal
+  to LeRobot's contiguous one, and `default_collate` batches are contiguous;
 * `task`: the task string of the frame's `task_index` (row `task_index` of the dataset's
   meta/tasks.parquet, as LeRobot looks it up);
 * with `delta_timestamps={key: [seconds]}`: the key's values at those offsets, stacked, each offset
@@ -180,6 +182,9 @@ class _Prepared:
     others: dict[str, list]                      # strings and encoded images, per frame
     timestamps: np.ndarray                       # float32 seconds
     handles: dict[str, VideoHandle] = dataclasses.field(default_factory=dict)
+    # camera -> decode index of each frame's picture in its file; None: some frame has no picture
+    # within the tolerance, so frames are located one item at a time (each item's own error)
+    samples: dict[str, Optional[np.ndarray]] = dataclasses.field(default_factory=dict)
     tasks: Optional[list[Optional[str]]] = None
     rendered: Optional[list] = None
 
@@ -395,8 +400,10 @@ class ImportedFrames(_Dataset):
             for e in range(self.num_episodes):
                 prep = self._episode(e)
                 h = self._handle(prep, camera)
-                pres = h.locate(prep.timestamps.astype(np.float64))
-                starts = closure_starts(h.track, h.track.order[pres])
+                samples = self._samples(prep, camera)
+                if samples is None:  # raises the episode's first timing error
+                    samples = h.track.order[h.locate(prep.timestamps.astype(np.float64))]
+                starts = closure_starts(h.track, samples)
                 file_id = files.setdefault(h.uri, len(files))
                 parts.append((np.int64(file_id) << np.int64(32)) | starts)
             found = np.concatenate(parts) if parts else np.zeros(0, np.int64)
@@ -454,6 +461,18 @@ class ImportedFrames(_Dataset):
             h = prep.episode.video(camera)
             prep.handles[camera] = h
         return h
+
+    def _samples(self, prep: _Prepared, camera: str) -> Optional[np.ndarray]:
+        """The decode index of every frame of the episode in `camera`'s file, located once per episode and
+        camera (locating a few times at a time costs a pass over the file's tables each call); None when
+        a frame has no picture within the tolerance."""
+        if camera not in prep.samples:
+            h = self._handle(prep, camera)
+            try:
+                prep.samples[camera] = h.track.order[h.locate(prep.timestamps.astype(np.float64))]
+            except ReaderError:
+                prep.samples[camera] = None
+        return prep.samples[camera]
 
     # -- tasks and language ---------------------------------------------------------------------
 
@@ -515,20 +534,24 @@ class ImportedFrames(_Dataset):
     def _where(self, i: int, prep: _Prepared, pos: int) -> str:
         return f"item {i} (episode {prep.episode.episode_index}, frame {pos}) of the import at {self.root}"
 
-    def _camera(self, prep: _Prepared, camera: str, times: np.ndarray, where: str):
+    def _camera(self, prep: _Prepared, camera: str, rows: np.ndarray, where: str):
+        """The pictures of frames `rows` of the episode from `camera`: float32 N x C x H x W in [0, 1]."""
         torch = _torch()
         try:
             h = self._handle(prep, camera)
-            samples = h.track.order[h.locate(times)]
+            samples = self._samples(prep, camera)
+            samples = samples[rows] if samples is not None else \
+                h.track.order[h.locate(prep.timestamps[rows].astype(np.float64))]
             frames = self._gops.frames(h.uri, h.track, samples)
         except ReaderError as ex:
             raise FramesError(f"{where}, camera {camera}: {ex}") from None
-        # uint8 -> float32 / 255, computed as LeRobot computes it (the same IEEE division, so the same bits),
-        # in place in one C x H x W buffer
-        hwc = torch.from_numpy(np.stack(frames)).permute(0, 3, 1, 2)
-        out = torch.empty(hwc.shape, dtype=torch.float32)
-        out.copy_(hwc)
-        return out.div_(255)
+        # uint8 -> float32 / 255 as LeRobot computes it (the same IEEE division, so the same bits), on the
+        # channels-first view of the decoder's channels-last pixels: `to` keeps the view's strides, so the
+        # conversion is one pass in memory order. Making the tensor contiguous C x H x W (as LeRobot's
+        # decoders hand it over) would cost a transposing copy, about as much again as the decode of a
+        # small frame. The values, dtype and shape are LeRobot's; only the strides differ, and
+        # `default_collate` stacks items into a contiguous batch.
+        return torch.from_numpy(np.stack(frames)).permute(0, 3, 1, 2).to(torch.float32).div_(255)
 
     def __getitem__(self, i: int) -> dict:
         """The LeRobot item of item position `i` (see the module docstring).
@@ -563,7 +586,7 @@ class ImportedFrames(_Dataset):
             item[f"{key}_is_pad"] = torch.from_numpy((at < 0) | (at >= n))
         for cam in self.cameras:
             rows = np.clip(pos + np.asarray(deltas[cam]), 0, n - 1) if cam in deltas else np.array([pos])
-            frames = self._camera(prep, cam, prep.timestamps[rows].astype(np.float64), where)
+            frames = self._camera(prep, cam, rows, where)
             item[cam] = frames.squeeze(0)
         if self.image_transforms is not None:
             for cam in self.camera_keys:

@@ -3,11 +3,20 @@
 Training reads frames in batches, and the frames of one batch (or of neighbouring items, or of the
 windows around one item) often fall in the same GOP. A `GopCache` keeps, per process, the last few
 decode streams it opened: one stream starts at the first sample of a frame's decode closure (its
-GOP's sync sample, or the previous GOP's for an open-GOP leading picture), fetches the GOP's bytes
-with one batch of range reads from the MediaIndex's offsets and sizes, and decodes only as far as
-the frames asked so far; a later request for a frame further into the same GOP resumes the same
-decoder instead of starting over. Every frame a stream outputs is kept (RGB, H x W x 3 uint8), so
-any frame of a cached GOP is answered without decoding again.
+GOP's sync sample, or the previous GOP's for an open-GOP leading picture), fetches the bytes of that
+closure (up to the frame) with one batch of range reads from the MediaIndex's offsets and sizes, and
+decodes only as far as the frames asked so far; a later request for a frame further into the same
+GOP fetches the rest of the GOP and resumes the same decoder instead of starting over. Every frame a
+stream outputs is kept, so any frame of a cached GOP is answered without decoding again; it is kept
+as the decoder gave it (YUV) and turned into RGB (H x W x 3 uint8) only when it is asked for: random
+reads take one frame of each GOP they decode, and converting the frames decoded on the way to it
+would cost more than decoding them (the YUV frame is also half the size of the RGB one).
+
+A decoder is worth keeping too: creating a codec context (and its threads and buffer pools) costs
+about as much as decoding a few small frames. When a stream is dropped, or its decoder has output
+all it was fed, the decoder goes to a small pool of idle ones; the next stream of a file with the
+same codec and configuration takes it and flushes it (`flush_buffers`, which forgets every picture
+it holds) instead of creating one.
 
 It also keeps the open range readers of the video files (one per file, reused by every stream) and
 counts the bytes they fetch. Nothing here is shared between processes: a cache found in a process
@@ -21,7 +30,7 @@ import dataclasses
 import os
 import threading
 from fractions import Fraction
-from typing import Any
+from typing import Any, Optional
 
 import numpy as np
 
@@ -31,6 +40,9 @@ from transforms.mp4 import ranges
 from transforms.reader.seek import ReaderError, TrackTables, _codec_context
 
 __all__ = ["GopCache", "gop_end"]
+
+#: Idle decoders kept per process, for reuse by the next stream of the same codec configuration.
+IDLE_DECODERS = 4
 
 
 def gop_end(track: TrackTables, sample: int) -> int:
@@ -44,6 +56,27 @@ def gop_end(track: TrackTables, sample: int) -> int:
     return int(track.gop_start[g + 1]) - 1 if g + 1 < len(track.gop_start) else track.num_samples - 1
 
 
+def _yuv_bytes(frame: Any) -> int:
+    """Bytes a decoded frame holds (its planes)."""
+    return sum(p.buffer_size for p in frame.planes)
+
+
+@dataclasses.dataclass
+class _Fetched:
+    """The bytes of samples `lo..hi` of a file, as read: sample `s` is `runs[run[s - lo]]` from `at[s - lo]`."""
+
+    lo: int
+    hi: int
+    runs: list
+    run: np.ndarray
+    at: np.ndarray
+
+    def packet_bytes(self, s: int, size: int) -> memoryview:
+        k = s - self.lo
+        a = int(self.at[k])
+        return self.runs[int(self.run[k])][a:a + size]
+
+
 @dataclasses.dataclass
 class _Stream:
     """One decode in progress: samples `first..` of a file, fed in decode order up to `fed - 1`."""
@@ -52,11 +85,13 @@ class _Stream:
     track: TrackTables
     first: int
     last: int                       # the last sample whose bytes are fetched
-    data: dict[int, memoryview]     # sample -> its bytes
-    ctx: Any = None                 # the PyAV codec context (None once flushed)
+    parts: list                     # _Fetched, one per batch of range reads, in sample order
+    ctx: Any = None                 # the PyAV codec context (None once drained)
     fed: int = 0                    # next sample to feed
-    frames: dict[int, np.ndarray] = dataclasses.field(default_factory=dict)  # sample -> RGB frame
+    # sample -> its frame: an av.VideoFrame as decoded, replaced by its RGB array once asked for
+    frames: dict[int, Any] = dataclasses.field(default_factory=dict)
     nbytes: int = 0                 # bytes of `frames`
+    frame_bytes: int = 0            # bytes of one decoded (YUV) frame
     by_pts: dict[int, int] = dataclasses.field(default_factory=dict)  # pts -> sample, of samples fetched
 
 
@@ -88,6 +123,10 @@ class GopCache:
         self._files: collections.OrderedDict = collections.OrderedDict()
         self._lock = threading.RLock()
         self._reformatters: dict[tuple, Any] = {}
+        self._idle: list[tuple[tuple, Any]] = []   # (codec configuration, idle codec context)
+        #: Codec contexts created, and idle ones reused (flushed) for a new stream.
+        self.decoders_created = 0
+        self.decoders_reused = 0
 
     # -- processes -------------------------------------------------------------------------------
 
@@ -99,8 +138,10 @@ class GopCache:
             self._streams.clear()
             self._files.clear()
             self._reformatters.clear()
+            self._idle = []
             self.stats = storage.ReadCounter()
             self.streams_started = self.samples_decoded = 0
+            self.decoders_created = self.decoders_reused = 0
 
     def __getstate__(self) -> dict:
         return {"max_gops": self.max_gops, "max_files": self.max_files, "threads": self.threads,
@@ -156,7 +197,7 @@ class GopCache:
             if self.max_gops:
                 self._streams[key] = stream
                 while len(self._streams) > self.max_gops:
-                    self._streams.popitem(last=False)
+                    self._retire(self._streams.popitem(last=False)[1])
         else:
             self._streams.move_to_end(key)
         try:
@@ -164,8 +205,39 @@ class GopCache:
         except ReaderError:
             self._streams.pop(key, None)  # a failed stream is not kept: the next request tries afresh
             raise
+        if not self.max_gops:
+            self._retire(stream)
         self._trim(key)
         return frame
+
+    # -- decoders --------------------------------------------------------------------------------
+
+    @staticmethod
+    def _config(track: TrackTables) -> tuple:
+        return (track.codec, bytes(track.extradata or b""))
+
+    def _decoder(self, track: TrackTables) -> Any:
+        """A codec context for a new stream of `track`: an idle one of the same configuration, flushed, or a new one."""
+        config = self._config(track)
+        for k, (c, ctx) in enumerate(self._idle):
+            if c == config:
+                del self._idle[k]
+                ctx.flush_buffers()
+                self.decoders_reused += 1
+                return ctx
+        self.decoders_created += 1
+        return _codec_context(track, self.threads)
+
+    def _park(self, track: TrackTables, ctx: Any) -> None:
+        """Keep a decoder no stream needs any more for the next stream (the oldest idle one goes)."""
+        self._idle.append((self._config(track), ctx))
+        del self._idle[:-IDLE_DECODERS]
+
+    def _retire(self, stream: _Stream) -> None:
+        """A stream leaves the cache: its decoder goes idle, and the stream can no longer be resumed."""
+        if stream.ctx is not None:
+            self._park(stream.track, stream.ctx)
+            stream.ctx = None
 
     def _trim(self, keep: tuple) -> None:
         """Drop the least recently used streams (never `keep`) while the frames kept exceed `max_bytes`."""
@@ -174,13 +246,13 @@ class GopCache:
             if total <= self.max_bytes:
                 break
             if k != keep:
-                total -= self._streams.pop(k).nbytes
+                dropped = self._streams.pop(k)
+                total -= dropped.nbytes
+                self._retire(dropped)
 
     def _start(self, uri: str, track: TrackTables, first: int) -> _Stream:
         self.streams_started += 1
-        stream = _Stream(uri=uri, track=track, first=first, last=first - 1, data={}, fed=first)
-        self._fetch(stream, gop_end(track, first))
-        return stream
+        return _Stream(uri=uri, track=track, first=first, last=first - 1, parts=[], fed=first)
 
     def _fetch(self, stream: _Stream, last: int) -> None:
         """Read the bytes of samples `stream.last + 1 .. last` in one batch of range reads."""
@@ -198,10 +270,7 @@ class GopCache:
         except LeRobotImportError as ex:
             raise ReaderError(f"cannot read video file {stream.uri}: {ex.message}") from None
         run_of = np.searchsorted(starts, off, side="right") - 1
-        rel = off - starts[run_of]
-        views = [memoryview(r) for r in runs]
-        for k, s in enumerate(range(lo, last + 1)):
-            stream.data[s] = views[run_of[k]][rel[k]:rel[k] + int(tr.size[s])]
+        stream.parts.append(_Fetched(lo, last, [memoryview(r) for r in runs], run_of, off - starts[run_of]))
         stream.by_pts.update(zip(tr.pts[lo:last + 1].tolist(), range(lo, last + 1)))
         stream.last = last
 
@@ -216,25 +285,37 @@ class GopCache:
             convert = self._reformatters[key] = VideoReformatter()
         return convert.reformat(frame, format="rgb24", threads=1).to_ndarray()
 
+    def _asked(self, stream: _Stream, sample: int) -> Optional[np.ndarray]:
+        """The RGB frame of `sample` if the stream has decoded it (converted now if it is still YUV), else None."""
+        found = stream.frames.get(sample)
+        if found is None or isinstance(found, np.ndarray):
+            return found
+        rgb = stream.frames[sample] = self._rgb(found)
+        stream.nbytes += rgb.nbytes - stream.frame_bytes
+        return rgb
+
     def _frame(self, stream: _Stream, sample: int) -> np.ndarray:
-        """Feed the stream's decoder until `sample`'s frame comes out (or the stream is flushed)."""
+        """Feed the stream's decoder until `sample`'s frame comes out (or the stream is drained)."""
         import av
 
-        found = stream.frames.get(sample)
+        found = self._asked(stream, sample)
         if found is not None:
             return found
         tr = stream.track
-        if sample > stream.last:  # an open-GOP leading picture of the next GOP: extend the stream
+        if sample > stream.last:  # a frame further on than the bytes fetched: extend the stream
             if stream.fed > stream.first and stream.ctx is None:  # already drained: start it over
                 stream.frames.clear()
-                stream.data.clear()
+                stream.parts.clear()
                 stream.by_pts.clear()
                 stream.nbytes = 0
                 stream.last, stream.fed = stream.first - 1, stream.first
                 self.streams_started += 1
-            self._fetch(stream, gop_end(tr, sample))
+            # A new stream reads only the frame's decode closure (a random read needs no more); a stream
+            # asked again for a later frame is being walked through, so it reads the rest of the GOP at once
+            # (one more request per GOP, not one per frame).
+            self._fetch(stream, sample if stream.last < stream.first else max(sample, gop_end(tr, stream.last)))
         if stream.ctx is None and stream.fed == stream.first:
-            stream.ctx = _codec_context(tr, self.threads)
+            stream.ctx = self._decoder(tr)
         time_base = Fraction(1, tr.timescale)
         by_pts = stream.by_pts
 
@@ -242,27 +323,37 @@ class GopCache:
             for fr in decoded:
                 s = by_pts.get(fr.pts)
                 if s is not None and s not in stream.frames:
-                    rgb = stream.frames[s] = self._rgb(fr)
-                    stream.nbytes += rgb.nbytes
+                    stream.frames[s] = fr
+                    if not stream.frame_bytes:
+                        stream.frame_bytes = _yuv_bytes(fr)  # the same for every frame of a stream
+                    stream.nbytes += stream.frame_bytes
 
         try:
             while sample not in stream.frames and stream.ctx is not None:
                 if stream.fed <= stream.last:
                     s = stream.fed
-                    pkt = av.Packet(bytes(stream.data.pop(s)))
+                    part = stream.parts[0]
+                    if s > part.hi:  # every sample of the oldest batch is fed: drop its bytes
+                        stream.parts.pop(0)
+                        part = stream.parts[0]
+                    pkt = av.Packet(part.packet_bytes(s, int(tr.size[s])))
                     pkt.pts, pkt.dts, pkt.time_base = int(tr.pts[s]), int(tr.dts[s]), time_base
                     if tr.sync[s]:
                         pkt.is_keyframe = True
                     stream.fed += 1
                     self.samples_decoded += 1
                     take(stream.ctx.decode(pkt))
-                else:  # every fetched sample is in: drain the decoder's delayed frames
+                elif stream.last < gop_end(tr, stream.last):
+                    # the decoder holds the frame back (it reorders): read the rest of the GOP
+                    self._fetch(stream, gop_end(tr, stream.last))
+                else:  # every sample of the GOP is in: drain the decoder's delayed frames
                     take(stream.ctx.decode(None))
+                    self._park(tr, stream.ctx)  # drained: it holds nothing more of this stream
                     stream.ctx = None
         except av.error.FFmpegError as ex:
-            stream.ctx = None
+            stream.ctx = None  # not reused: a failed decoder's state is not trusted
             raise ReaderError(f"decoding samples {stream.first}..{stream.last} of {stream.uri} failed: {ex}") from None
-        found = stream.frames.get(sample)
+        found = self._asked(stream, sample)
         if found is None:
             raise ReaderError(f"decoding samples {stream.first}..{stream.last} of {stream.uri} did not output the "
                               f"frame of sample {sample}")
