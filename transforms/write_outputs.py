@@ -336,8 +336,6 @@ def finish_dataset(config: ImportConfig, root: str, report: DatasetReport) -> tu
                         options=config.output_options(), warnings=warnings,
                         notes=skip_videos_notes(report.mp4_failures),
                         file_sources={s.episodes_file: s.to_manifest() for s in report.file_sources})
-    for entry in doc["episodes_files"].values():
-        entry["run_id"] = config.run_id  # the entries this run wrote; kept ones keep the run that wrote them
     doc["media_index_layout"] = paths.MEDIA_INDEX_LAYOUT
     doc["media_index_files"] = [s.to_json() for s in shards]
     doc["video_versions"] = video_versions

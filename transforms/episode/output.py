@@ -159,9 +159,9 @@ def errors_jsonl(failures: Iterable[FailureRecord]) -> bytes:
     return "".join(json.dumps(f.to_json_dict(), sort_keys=True) + "\n" for f in rows).encode()
 
 
-def _file_entry(o: FileOutcome, source: Optional[Mapping]) -> dict:
+def _file_entry(o: FileOutcome, source: Optional[Mapping], run_id: str) -> dict:
     return {
-        "status": o.status, **(source or {}), "parts": list(o.parts), "episodes": o.episodes,
+        "status": o.status, "run_id": run_id, **(source or {}), "parts": list(o.parts), "episodes": o.episodes,
         "episodes_written": o.episodes_written, "episodes_failed": o.episodes_failed,
         "frames": o.frames, "bytes": o.bytes, "data_bytes": o.data_bytes, "failures": len(o.failures),
         "notes": list(o.notes), "part_files": [p.to_json() for p in o.part_files],
@@ -207,8 +207,8 @@ def manifest(dataset: str, info_sha256: Optional[str], outcomes: Sequence[FileOu
         file_sources: per episodes file, the sources its import was made from (`source_digest` ...), so
             the next run can tell which episodes files changed.
 
-    An episodes file's entry names the run that wrote it (`run_id`) only when that is an earlier run
-    (the file was unchanged since): entries without one were written by this manifest's run.
+    Each episodes file's entry names the run that wrote it (`run_id`): this one for the entries made
+    here; entries of files left unchanged, carried in by the caller, keep their earlier run's.
     """
     listed = sorted(warnings, key=WarningRecord.sort_key)
     totals = _totals(outcomes, len(dataset_failures), len(listed))
@@ -219,7 +219,7 @@ def manifest(dataset: str, info_sha256: Optional[str], outcomes: Sequence[FileOu
         "run_id": run_id,
         "options": options,
         "status": "imported" if totals["errors"] == 0 else "failed",
-        "episodes_files": {o.episodes_file: _file_entry(o, (file_sources or {}).get(o.episodes_file))
+        "episodes_files": {o.episodes_file: _file_entry(o, (file_sources or {}).get(o.episodes_file), run_id)
                            for o in sorted(outcomes, key=lambda o: o.episodes_file)},
         "media_index": list(media_index_files),
         "totals": totals,
