@@ -195,11 +195,11 @@ def test_changed_video_files(tmp_path):
     scanned = sources.scan_dataset(str(root), OPTIONS)
     (src,) = scanned.files
     recorded = sources.video_versions(scanned.listing, src.video_files)
-    assert sources.changed_video_files(scanned.listing, src.video_files, recorded) == ()
-    assert sources.changed_video_files(scanned.listing, src.video_files, None) == src.video_files
+    assert sources.changed_video_files(recorded, recorded) == ()
+    assert sources.changed_video_files(recorded, None) == src.video_files
     _touch(root / src.video_files[1])
-    listing = sources.list_sources(str(root))
-    assert sources.changed_video_files(listing, src.video_files, recorded) == (src.video_files[1],)
+    now = sources.video_versions(sources.list_sources(str(root)), src.video_files)
+    assert sources.changed_video_files(now, recorded) == (src.video_files[1],)
 
 
 def test_an_unchanged_file_whose_mp4_index_is_not_recorded_is_imported(tmp_path):

@@ -252,7 +252,7 @@ def plan_media_index(current_videos: Iterable[str], imported_videos: Iterable[st
     current = set(current_videos)
     tokens = {rel: token(rel) for rel in sorted(current)}
     recorded = {} if inline_index or force or previous.versions is None else previous.versions
-    carried = frozenset(rel for rel, t in tokens.items() if recorded.get(rel) == t)
+    carried = frozenset(tokens).difference(sources.changed_video_files(tokens, recorded))
     used = frozenset(imported_videos)
     shared = used & frozenset(left_videos)
     to_read = used - carried

@@ -381,17 +381,15 @@ def video_versions(listing: SourceListing, files: Iterable[str]) -> dict[str, st
     return {rel: listing.token(rel) for rel in sorted(set(files))}
 
 
-def changed_video_files(listing: SourceListing, files: Iterable[str],
-                        previous: Optional[Mapping[str, str]]) -> tuple[str, ...]:
-    """The MP4s among `files` whose MediaIndex must be read again: new, rewritten, or not recorded.
+def changed_video_files(tokens: Mapping[str, str], previous: Optional[Mapping[str, str]]) -> tuple[str, ...]:
+    """The MP4s whose MediaIndex must be read again: new, rewritten, or not recorded.
 
     Args:
-        listing: the dataset listing now.
-        files: the MP4s the episodes files to import reference.
+        tokens: MP4 path -> its token now (`video_versions`), for the MP4s in question.
         previous: MP4 path -> token as the last run recorded it (the manifest's `video_versions`), or None.
     """
     previous = previous or {}
-    return tuple(rel for rel, token in video_versions(listing, files).items() if previous.get(rel) != token)
+    return tuple(rel for rel, token in tokens.items() if previous.get(rel) != token)
 
 
 def _sha256(lines: Sequence[str]) -> str:
