@@ -23,6 +23,7 @@ from transforms import storage
 from transforms.language.errors import RenderError
 from transforms.language.recipe import TrainingRecipe, parse_recipe
 from transforms.language.render import render_episode
+from transforms.lerobot.tasks import TASKS_PATH, tasks_in_row_order
 
 NAMESPACE = "lerobot_render"
 #: The tags of `RenderTrainingSamples`' two outputs.
@@ -82,13 +83,8 @@ def load_tasks(dataset_root: str) -> dict[int, str]:
     Returns:
         The task of each task_index.
     """
-    raw = storage.read_bytes(storage.dataset_file(dataset_root, "meta/tasks.parquet"), what="tasks file",
-                             file="meta/tasks.parquet")
-    table = pq.read_table(pa.BufferReader(raw))
-    tasks = table.column("task").to_pylist()
-    if "task_index" in table.column_names:
-        return {int(i): t for i, t in zip(table.column("task_index").to_pylist(), tasks)}
-    return dict(enumerate(tasks))
+    raw = storage.read_bytes(storage.dataset_file(dataset_root, TASKS_PATH), what="tasks file", file=TASKS_PATH)
+    return dict(enumerate(tasks_in_row_order(pq.read_table(pa.BufferReader(raw)))))
 
 
 def frame_tasks(task_index: Optional[np.ndarray], tasks: Mapping[int, str], episode_tasks: Sequence[str],

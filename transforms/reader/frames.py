@@ -47,6 +47,7 @@ import pyarrow as pa
 
 from transforms import storage
 from transforms.errors import LeRobotImportError
+from transforms.lerobot.tasks import TASKS_PATH, tasks_in_row_order
 from transforms.reader.episode import Episode
 from transforms.reader.gop_cache import GopCache
 from transforms.reader.import_reader import ImportReader, _parquet_read, _read_manifest, _row_group
@@ -482,10 +483,8 @@ class ImportedFrames(_Dataset):
         if self._task_names is None and self._task_error is None:
             import pyarrow.parquet as pq
             try:
-                table = pq.read_table(pa.BufferReader(self._dataset_file("meta/tasks.parquet", "tasks file")))
-                meta = json.loads((table.schema.metadata or {}).get(b"pandas", b"{}"))
-                column = next((c for c in meta.get("index_columns", []) if isinstance(c, str)), "task")
-                self._task_names = [str(t) for t in table.column(column).to_pylist()]
+                table = pq.read_table(pa.BufferReader(self._dataset_file(TASKS_PATH, "tasks file")))
+                self._task_names = tasks_in_row_order(table)
             except (FramesError, KeyError, ValueError, pa.ArrowException) as ex:
                 self._task_error = str(ex)
         return self._task_names

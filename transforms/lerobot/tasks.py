@@ -1,0 +1,27 @@
+"""meta/tasks.parquet: the task string of each task_index. Pure: no Beam.
+
+LeRobot names task_index `k` by row `k` of the file (`tasks.iloc[k]`), and its writer stores the task
+string as the pandas index column (named in the file's pandas metadata, normally `task`).
+"""
+
+from __future__ import annotations
+
+import json
+
+import pyarrow as pa
+
+#: Where a dataset keeps its tasks.
+TASKS_PATH = "meta/tasks.parquet"
+
+
+def tasks_in_row_order(table: pa.Table) -> list[str]:
+    """The task strings of a tasks.parquet table, row `k` naming task_index `k`.
+
+    Args:
+        table: the file's table, schema metadata kept.
+    Raises:
+        KeyError: the table has no task column.
+    """
+    meta = json.loads((table.schema.metadata or {}).get(b"pandas", b"{}") or b"{}")
+    column = next((c for c in meta.get("index_columns", []) if isinstance(c, str)), "task")
+    return [str(t) for t in table.column(column).to_pylist()]
