@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from typing import Any, Iterator, Mapping, Optional, Sequence
+from typing import Any, Iterator, Mapping, Optional
 
 import apache_beam as beam
 import numpy as np
@@ -23,7 +23,7 @@ from transforms import storage
 from transforms.language.errors import RenderError
 from transforms.language.recipe import TrainingRecipe, parse_recipe
 from transforms.language.render import render_episode
-from transforms.lerobot.tasks import TASKS_PATH, tasks_in_row_order
+from transforms.lerobot.tasks import TASKS_PATH, frame_tasks, tasks_in_row_order
 
 NAMESPACE = "lerobot_render"
 #: The tags of `RenderTrainingSamples`' two outputs.
@@ -85,24 +85,6 @@ def load_tasks(dataset_root: str) -> dict[int, str]:
     """
     raw = storage.read_bytes(storage.dataset_file(dataset_root, TASKS_PATH), what="tasks file", file=TASKS_PATH)
     return dict(enumerate(tasks_in_row_order(pq.read_table(pa.BufferReader(raw)))))
-
-
-def frame_tasks(task_index: Optional[np.ndarray], tasks: Mapping[int, str], episode_tasks: Sequence[str],
-                n: int) -> list[Optional[str]]:
-    """Each frame's task string: through tasks.parquet, or the episode's only task.
-
-    Args:
-        task_index: the frames' task_index values (None when the dataset has none).
-        tasks: task_index -> task.
-        episode_tasks: the episode's tasks.
-        n: the number of frames.
-
-    Returns:
-        One task (or None) per frame.
-    """
-    if task_index is not None and tasks:
-        return [tasks.get(int(i)) for i in task_index]
-    return [episode_tasks[0] if len(episode_tasks) == 1 else None] * n
 
 
 def _sample(episode_index: int, frame_index: int, index: int, timestamp: float, task: Optional[str],

@@ -7,7 +7,9 @@ string as the pandas index column (named in the file's pandas metadata, normally
 from __future__ import annotations
 
 import json
+from typing import Mapping, Optional, Sequence
 
+import numpy as np
 import pyarrow as pa
 
 #: Where a dataset keeps its tasks.
@@ -25,3 +27,21 @@ def tasks_in_row_order(table: pa.Table) -> list[str]:
     meta = json.loads((table.schema.metadata or {}).get(b"pandas", b"{}") or b"{}")
     column = next((c for c in meta.get("index_columns", []) if isinstance(c, str)), "task")
     return [str(t) for t in table.column(column).to_pylist()]
+
+
+def frame_tasks(task_index: Optional[np.ndarray], tasks: Mapping[int, str], episode_tasks: Sequence[str],
+                n: int) -> list[Optional[str]]:
+    """Each frame's task string: through tasks.parquet, or the episode's only task.
+
+    Args:
+        task_index: the frames' task_index values (None when the dataset has none).
+        tasks: task_index -> task.
+        episode_tasks: the episode's tasks.
+        n: the number of frames.
+
+    Returns:
+        One task (or None) per frame.
+    """
+    if task_index is not None and tasks:
+        return [tasks.get(int(i)) for i in task_index]
+    return [episode_tasks[0] if len(episode_tasks) == 1 else None] * n

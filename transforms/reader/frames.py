@@ -47,7 +47,7 @@ import pyarrow as pa
 
 from transforms import storage
 from transforms.errors import LeRobotImportError
-from transforms.lerobot.tasks import TASKS_PATH, tasks_in_row_order
+from transforms.lerobot.tasks import TASKS_PATH, frame_tasks, tasks_in_row_order
 from transforms.reader.episode import Episode
 from transforms.reader.gop_cache import GopCache
 from transforms.reader.import_reader import ImportReader, _parquet_read, _read_manifest, _row_group
@@ -492,11 +492,8 @@ class ImportedFrames(_Dataset):
     def _frame_tasks(self, prep: _Prepared) -> list[Optional[str]]:
         if prep.tasks is None:
             names = self._tasks()
-            if "task_index" in prep.values and names is not None:
-                prep.tasks = [names[k] if 0 <= k < len(names) else None for k in prep.values["task_index"].tolist()]
-            else:
-                only = prep.episode.tasks
-                prep.tasks = [only[0] if len(only) == 1 else None] * prep.length
+            prep.tasks = frame_tasks(prep.values.get("task_index"), dict(enumerate(names or ())),
+                                     prep.episode.tasks, prep.length)
         return prep.tasks
 
     def _task(self, prep: _Prepared, pos: int, where: str) -> str:
