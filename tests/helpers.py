@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import subprocess
 import sys
 from pathlib import Path
 from typing import Optional
@@ -72,6 +73,15 @@ def lerobot_corpus() -> list[Path]:
 def copy_dataset(src: Path, dest: Path) -> Path:
     shutil.copytree(src, dest, ignore=shutil.ignore_patterns("expected"))
     return dest
+
+
+def run_python(code: str, *, timeout: int = 120) -> list[str]:
+    """Run `code` in a fresh interpreter with the repository importable (so nothing this test process
+    imported can hide what it loads); its stdout lines. Fails the test, with its stderr, if it fails."""
+    proc = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=timeout,
+                          env=dict(os.environ, PYTHONPATH=str(REPO)))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return proc.stdout.splitlines()
 
 
 def run_import(dataset, output, *extra: str) -> int:

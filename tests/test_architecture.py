@@ -15,14 +15,13 @@ from __future__ import annotations
 import ast
 import io
 import json
-import os
 import re
-import subprocess
-import sys
 import tokenize
 from pathlib import Path
 
 import pytest
+
+from tests.helpers import run_python
 
 REPO = Path(__file__).resolve().parents[1]
 TRANSFORMS = REPO / "transforms"
@@ -69,10 +68,7 @@ def _beam_modules_after(imports: list[str]) -> dict[str, list[str]]:
         "    importlib.import_module(name)\n"
         "    out[name] = sorted(m for m in sys.modules if m.split('.')[0] == 'apache_beam')[:5]\n"
         "print(json.dumps(out))\n")
-    proc = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=300,
-                          env=dict(os.environ, PYTHONPATH=str(REPO)))
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    return json.loads(proc.stdout.strip().splitlines()[-1])
+    return json.loads(run_python(code, timeout=300)[-1])
 
 
 @pytest.mark.parametrize("package", PURE)

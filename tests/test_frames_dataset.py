@@ -23,7 +23,7 @@ import pytest
 
 torch = pytest.importorskip("torch", reason="ImportedFrames needs PyTorch: pip install -e '.[torch]'")
 
-from tests.helpers import lerobot_dataset, run_import, third_party_path  # noqa: E402
+from tests.helpers import lerobot_dataset, run_import, run_python, third_party_path  # noqa: E402
 from transforms.reader import ImportReader  # noqa: E402
 from transforms.reader.frames import FramesError, ImportedFrames, closure_starts  # noqa: E402
 from transforms.reader.gop_cache import gop_end  # noqa: E402
@@ -377,17 +377,11 @@ def test_pickles_without_open_files(imports):
 def test_reader_works_without_torch():
     """Without torch the reader package, and frames.py itself, still import; building a dataset says what to
     install."""
-    import subprocess
-    import sys
-
     code = ("import sys\nsys.modules['torch'] = None  # as if torch were not installed\n"
             "import transforms.reader as r\nfrom transforms.reader.frames import ImportedFrames\n"
             "assert r.ImportedFrames is ImportedFrames\n"
             "try:\n    ImportedFrames('unused')\nexcept ImportError as ex:\n    print(ex)\n")
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
-                          cwd=str(lerobot_dataset("so101_av1").parents[3]))
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    assert proc.stdout.strip() == 'ImportedFrames needs PyTorch: pip install -e ".[torch]" (or any torch>=2.2)'
+    assert run_python(code) == ['ImportedFrames needs PyTorch: pip install -e ".[torch]" (or any torch>=2.2)']
 
 
 def test_gop_cache_keeps_frames_within_its_byte_budget(imports):

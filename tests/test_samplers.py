@@ -6,15 +6,13 @@ The numpy constructions are checked without PyTorch; the samplers themselves ski
 from __future__ import annotations
 
 import dataclasses
-import os
-import subprocess
-import sys
 from pathlib import Path
 from typing import Optional
 
 import numpy as np
 import pytest
 
+from tests.helpers import run_python
 from transforms.reader.samplers import blocks_order, episode_frame_indices, gop_blocks
 
 REPO = Path(__file__).resolve().parents[1]
@@ -334,10 +332,7 @@ def test_reader_imports_without_torch():
         "    GopBlockSampler(None)\n"
         "except ImportError as e:\n"
         "    print(e)\n")
-    proc = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=120,
-                          env=dict(os.environ, PYTHONPATH=str(REPO)))
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    lines = proc.stdout.splitlines()
+    lines = run_python(code)
     assert lines[0] == "[2, 1]"
     assert lines[1].startswith("GopBlockSampler needs PyTorch, which is not installed: pip install -e")
 
@@ -350,10 +345,7 @@ def test_reader_package_loads_the_samplers_on_first_use():
         "print('torch' in sys.modules)\n"
         "import torch\n"
         "print(issubclass(r.GopBlockSampler, torch.utils.data.Sampler), r.EpisodeAwareSampler.__module__)\n")
-    proc = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=120,
-                          env=dict(os.environ, PYTHONPATH=str(REPO)))
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    assert proc.stdout.splitlines() == ["False", "True transforms.reader.samplers"]
+    assert run_python(code) == ["False", "True transforms.reader.samplers"]
 
 
 # ------------------------------------------------------------------------------------------------
