@@ -16,7 +16,7 @@ from transforms.mp4 import ranges
 from transforms.reader.confine import confined
 from transforms.reader.seek import DEFAULT_TOLERANCE, ReaderError, TrackTables, VideoHandle
 
-__all__ = ["Episode", "VideoAccess", "track_tables"]
+__all__ = ["Episode", "VideoAccess", "camera_handle", "field_values", "track_tables"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -110,6 +110,20 @@ def _numpy(col: pa.Array, shape: tuple[int, ...]) -> np.ndarray:
     return np.ma.MaskedArray(dense, mask=mask)
 
 
+def field_values(col: pa.Array):
+    """A frame field's values as `Episode[name]` gives them (see there), for any run of frames."""
+    t = col.type
+    if isinstance(t, pa.FixedShapeTensorType):
+        return _numpy(col.storage, tuple(t.shape))
+    if pa.types.is_integer(t) or pa.types.is_floating(t) or pa.types.is_boolean(t):
+        return _numpy(col, ())
+    if pa.types.is_string(t) or pa.types.is_large_string(t):
+        return np.array(col.to_pylist(), dtype=object)
+    if isinstance(t, pa.ExtensionType) and t.extension_name == "spql.EncodedImage":
+        return col.storage.field("source").storage.field("bytes").to_pylist()
+    return col.to_pylist()
+
+
 class Episode:
     """One logical episode (one row of the episode type, its clips' MediaIndex filled in).
 
@@ -179,17 +193,7 @@ class Episode:
         """A frame field: numeric/bool tensors and scalars as numpy `(frames, *shape)` (scalars
         `(frames,)`), strings as an object array, images as a list of encoded bytes (None for a null
         image), other fields (language annotations) as Python lists."""
-        col = self.column(name)
-        t = col.type
-        if isinstance(t, pa.FixedShapeTensorType):
-            return _numpy(col.storage, tuple(t.shape))
-        if pa.types.is_integer(t) or pa.types.is_floating(t) or pa.types.is_boolean(t):
-            return _numpy(col, ())
-        if pa.types.is_string(t) or pa.types.is_large_string(t):
-            return np.array(col.to_pylist(), dtype=object)
-        if isinstance(t, pa.ExtensionType) and t.extension_name == "spql.EncodedImage":
-            return col.storage.field("source").storage.field("bytes").to_pylist()
-        return col.to_pylist()
+        return field_values(self.column(name))
 
     def arrays(self) -> dict[str, Any]:
         """Every frame field, as `__getitem__` gives it."""
@@ -218,16 +222,11 @@ class Episode:
         entry, uri = self._camera_entry(camera)
         clip = spql_types.storage_of(entry.field("clip"))
         index = spql_types.storage_of(clip.field("media")).field("index")
-        if not index.is_valid()[0].as_py():
-            raise ReaderError(f"episode {self.episode_index} camera {camera}: {uri} has no MediaIndex "
-                              "(its codec is not indexed, or media_index/ lacks it)")
-        self._check_allowed(camera, uri)
-        opener = self.access.open_file or ranges.open_uri
-        track = track_tables(uri, index, self.access.cache_key)
-        return VideoHandle(uri=uri, clip_start_ns=_ns(clip.field("start")), clip_end_ns=_ns(clip.field("end")),
-                           time_origin_ns=_ns(entry.field("time_origin")), track=track,
-                           source=_open(opener, uri), frame_count=self.length,
-                           tolerance=self.tolerance if tolerance is None else tolerance)
+        valid = index.is_valid()[0].as_py()
+        return camera_handle(self.access, self.episode_index, camera, uri,
+                             lambda: track_tables(uri, index, self.access.cache_key) if valid else None,
+                             start_ns=_ns(clip.field("start")), end_ns=_ns(clip.field("end")),
+                             origin_ns=_ns(entry.field("time_origin")), length=self.length, tolerance=tolerance)
 
     def _camera_entry(self, camera: str) -> tuple[pa.StructArray, str]:
         """(the camera's `videos` entry, its clip's file URI)."""
@@ -240,18 +239,7 @@ class Episode:
         if not clip.is_valid()[0].as_py():
             raise ReaderError(f"episode {self.episode_index} camera {camera} has no clip")
         media = spql_types.storage_of(spql_types.storage_of(clip).field("media"))
-        uri = spql_types.storage_of(media.field("source")).field("uri")[0].as_py()
-        if not isinstance(uri, str) or not uri:
-            raise ReaderError(f"episode {self.episode_index} camera {camera}: its clip names no video file")
-        return entry, uri
-
-    def _check_allowed(self, camera: str, uri: str) -> None:
-        roots = self.access.allowed_roots
-        if roots is not None and not confined(uri, roots):
-            raise ReaderError(f"episode {self.episode_index} camera {camera}: its video file {uri:.500} is not inside "
-                              f"the roots this reader reads ({', '.join(roots)}); an import's clips point into its "
-                              "dataset, so the output was edited or the dataset moved. Pass "
-                              "ImportReader(..., allowed_roots=[...]) to read from another root")
+        return entry, spql_types.storage_of(media.field("source")).field("uri")[0].as_py()
 
     # -- pickling ------------------------------------------------------------------------------
 
@@ -264,6 +252,39 @@ class Episode:
     def __repr__(self) -> str:
         return (f"Episode(episode_index={self.episode_index}, length={self.length}, tasks={self.tasks!r}, "
                 f"cameras={self.cameras!r})")
+
+
+def camera_handle(access: VideoAccess, episode_index: int, camera: str, uri: Optional[str],
+                  tracks: Callable[[], Optional[TrackTables]], *, start_ns: int, end_ns: int, origin_ns: int,
+                  length: Optional[int], tolerance: Optional[float] = None) -> VideoHandle:
+    """The `VideoHandle` of one camera of one episode, its file checked against the roots the reader reads.
+
+    Args:
+        access: how the episode's cameras are read.
+        episode_index, camera: for messages.
+        uri: the clip's file.
+        tracks: gives the file's tables (None: the file has no MediaIndex); called once the file is allowed.
+        start_ns, end_ns, origin_ns: the clip on the file's clock and the episode time of stream time 0.
+        length: the episode's length in frames.
+        tolerance: overrides the access's tolerance (seconds).
+    Raises:
+        ReaderError: the clip names no file, the file is outside the roots, or it has no MediaIndex.
+    """
+    if not isinstance(uri, str) or not uri:
+        raise ReaderError(f"episode {episode_index} camera {camera}: its clip names no video file")
+    roots = access.allowed_roots
+    if roots is not None and not confined(uri, roots):
+        raise ReaderError(f"episode {episode_index} camera {camera}: its video file {uri:.500} is not inside "
+                          f"the roots this reader reads ({', '.join(roots)}); an import's clips point into its "
+                          "dataset, so the output was edited or the dataset moved. Pass "
+                          "ImportReader(..., allowed_roots=[...]) to read from another root")
+    track = tracks()
+    if track is None:
+        raise ReaderError(f"episode {episode_index} camera {camera}: {uri} has no MediaIndex "
+                          "(its codec is not indexed, or media_index/ lacks it)")
+    return VideoHandle(uri=uri, clip_start_ns=start_ns, clip_end_ns=end_ns, time_origin_ns=origin_ns, track=track,
+                       source=_open(access.open_file or ranges.open_uri, uri), frame_count=length,
+                       tolerance=access.tolerance if tolerance is None else tolerance)
 
 
 def _open(opener: Callable[[str], ranges.RangeReader], uri: str) -> ranges.RangeReader:

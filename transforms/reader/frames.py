@@ -24,7 +24,11 @@ layout) one item per frame, in the import's episode order. Item `i` is the dict 
 
 Camera frames are decoded from the GOPs they need, read by byte range through the MediaIndex (the
 MP4's moov is never read) and kept in a small per-process cache of decode streams (`GopCache`), so
-the items of a batch that share a GOP decode it once. The dataset pickles without any open file or
+the items of a batch that share a GOP decode it once. An item's cost does not depend on how episodes
+are laid out in MP4s: each MP4's MediaIndex is read once per process into the numpy tables a seek
+needs (`ImportReader.tracks`, shared by every episode of the file), each media_index/ shard and
+episode part is opened once per process, and an episode row group is read once and served from
+numpy; no item copies a file's index or builds the logical record (`ImportReader.episode()` does). The dataset pickles without any open file or
 decoder and rebuilds its readers lazily in each process, so `DataLoader(num_workers > 0)` works
 with any start method.
 
@@ -48,9 +52,10 @@ import pyarrow as pa
 from transforms import storage
 from transforms.errors import LeRobotImportError
 from transforms.lerobot.tasks import TASKS_PATH, frame_tasks, tasks_in_row_order
-from transforms.reader.episode import Episode
+from transforms.episode import spql_types
+from transforms.reader.episode import Episode, camera_handle, field_values
 from transforms.reader.gop_cache import GopCache
-from transforms.reader.import_reader import ImportReader, _parquet_read, _read_manifest, _row_group
+from transforms.reader.import_reader import ImportReader, _parquet_read, _read_manifest
 from transforms.reader.seek import DEFAULT_TOLERANCE, ReaderError, TrackTables, VideoHandle
 
 try:  # a real torch Dataset when torch is there; the module still imports without it
@@ -66,8 +71,8 @@ LANGUAGE_FIELDS = ("language_persistent", "language_events")
 MESSAGE_KEYS = ("messages", "message_streams", "target_message_indices")
 #: Prepared episodes kept per process (numeric columns as numpy, video handles, renderings).
 EPISODE_CACHE = 64
-#: Episode row groups kept per process.
-ROW_GROUP_CACHE = 4
+#: Bytes of episode row groups (their frame columns as numpy and Arrow) kept per process.
+ROW_GROUP_BYTES = 256 << 20
 
 
 class FramesError(ReaderError, ValueError):
@@ -175,13 +180,64 @@ def _decode_image(data: Optional[bytes], where: str):
 # ------------------------------------------------------------------------------------------------
 
 @dataclasses.dataclass
-class _Prepared:
-    episode: Episode
-    length: int
+class _Clips:
+    """One camera's clips over a row group's episodes, as columns (one value per episode row)."""
+
+    valid: np.ndarray                # bool: the row has a clip
+    uris: list                       # the clip's file (str or None)
+    start_ns: np.ndarray             # int64, the clip on the file's clock
+    end_ns: np.ndarray
+    origin_ns: np.ndarray            # int64, the episode time of stream time 0
+    inline: Optional[pa.Array]       # the rows' own MediaIndex (--inline-index layout); None when all null
+    inline_valid: np.ndarray         # bool
+
+
+def _ns_column(arr: pa.Array) -> np.ndarray:
+    return np.asarray(spql_types.storage_of(arr).cast(pa.int64()).fill_null(0).to_numpy(zero_copy_only=False),
+                      np.int64)
+
+
+def _clips(videos: pa.StructArray, camera: str) -> _Clips:
+    entry = videos.field(camera)
+    clip_arr = entry.field("clip")
+    clip = spql_types.storage_of(clip_arr)
+    media = spql_types.storage_of(clip.field("media"))
+    uris = spql_types.storage_of(media.field("source")).field("uri").to_pylist()
+    index = media.field("index")
+    inline_valid = index.is_valid().to_numpy(zero_copy_only=False)
+    return _Clips(valid=clip_arr.is_valid().to_numpy(zero_copy_only=False), uris=uris,
+                  start_ns=_ns_column(clip.field("start")), end_ns=_ns_column(clip.field("end")),
+                  origin_ns=_ns_column(entry.field("time_origin")),
+                  inline=index if inline_valid.any() else None, inline_valid=inline_valid)
+
+
+@dataclasses.dataclass
+class _Group:
+    """One episode row group, ready to serve items: every frame column of all its episodes as one numpy
+    array (episode `r`'s frames are `offsets[r]:offsets[r + 1]`), each camera's clips as columns. The
+    MediaIndex is not in it: each file's tables come from the reader, once per file and process."""
+
+    table: pa.Table                              # the rows as stored (clip.media.index null by default)
+    offsets: np.ndarray                          # int64, rows + 1
     values: dict[str, np.ndarray]                # numeric features, item dtypes, (frames, *shape)
     nulls: dict[str, np.ndarray]                 # numeric features with nulls: (frames,) bool
     others: dict[str, list]                      # strings and encoded images, per frame
     timestamps: np.ndarray                       # float32 seconds
+    clips: dict[str, _Clips]
+    nbytes: int
+
+
+@dataclasses.dataclass
+class _Prepared:
+    episode: Episode                             # the row as stored (for tasks and language only)
+    episode_index: int
+    row: int                                     # the row in its group
+    group: _Group
+    length: int
+    values: dict[str, np.ndarray]                # views of the group's arrays
+    nulls: dict[str, np.ndarray]
+    others: dict[str, list]
+    timestamps: np.ndarray
     handles: dict[str, VideoHandle] = dataclasses.field(default_factory=dict)
     # camera -> decode index of each frame's picture in its file; None: some frame has no picture
     # within the tolerance, so frames are located one item at a time (each item's own error)
@@ -190,8 +246,8 @@ class _Prepared:
     rendered: Optional[list] = None
 
 
-def _values(episode: Episode, f: _Feature) -> tuple[np.ndarray, Optional[np.ndarray]]:
-    raw = episode[f.name]
+def _values(col: pa.Array, f: _Feature) -> tuple[np.ndarray, Optional[np.ndarray]]:
+    raw = field_values(col)
     nulls = None
     if np.ma.isMaskedArray(raw):
         mask = np.ma.getmaskarray(raw)
@@ -280,8 +336,9 @@ class ImportedFrames(_Dataset):
     def _scan(self, episodes: Optional[Sequence[int]]) -> None:
         """Each row group's episodes and lengths (two columns read per row group); the selection."""
         rg_pos, rows, indices, lengths = [], [], [], []
+        reader = self._reader()
         for k, ref in enumerate(self._row_groups):
-            t = _row_group(ref.part, ref.row_group, ["episode_index", "length"])
+            t = reader.read_rows(ref, ["episode_index", "length"])
             n = t.num_rows
             rg_pos.append(np.full(n, k, np.int64))
             rows.append(np.arange(n, dtype=np.int64))
@@ -428,38 +485,66 @@ class ImportedFrames(_Dataset):
             if found is not None:
                 self._episodes_cache.move_to_end(e)
                 return found
-            k = int(self._ep_rg[e])
-            group = self._groups_cache.get(k)
-            if group is None:
-                group = self._reader().read_row_group(self._row_groups[k])
-                self._groups_cache[k] = group
-                while len(self._groups_cache) > ROW_GROUP_CACHE:
-                    self._groups_cache.popitem(last=False)
-            else:
-                self._groups_cache.move_to_end(k)
-            prepared = self._prepare(group[int(self._ep_row[e])])
+            group = self._group(int(self._ep_rg[e]))
+            r = int(self._ep_row[e])
+            a, b = int(group.offsets[r]), int(group.offsets[r + 1])
+            prepared = _Prepared(
+                episode=Episode(group.table.slice(r, 1), access=self._reader().access),
+                episode_index=int(self.episode_indices[e]), row=r, group=group, length=b - a,
+                values={k: v[a:b] for k, v in group.values.items()},
+                nulls={k: v[a:b] for k, v in group.nulls.items() if v[a:b].any()},
+                others={k: v[a:b] for k, v in group.others.items()}, timestamps=group.timestamps[a:b])
             self._episodes_cache[e] = prepared
             while len(self._episodes_cache) > EPISODE_CACHE:
                 self._episodes_cache.popitem(last=False)
             return prepared
 
-    def _prepare(self, episode: Episode) -> _Prepared:
+    def _group(self, k: int) -> _Group:
+        """Row group `k`, read and converted once, kept while the groups kept stay within ROW_GROUP_BYTES."""
+        group = self._groups_cache.get(k)
+        if group is not None:
+            self._groups_cache.move_to_end(k)
+            return group
+        table = self._reader().read_rows(self._row_groups[k])
+        frames = table.column("frames").combine_chunks()
+        offsets = frames.offsets.to_numpy().astype(np.int64)
+        offsets = offsets - offsets[0]
+        flat = frames.flatten()
         values, nulls, others = {}, {}, {}
         for f in self.features:
+            col = flat.field(f.name)
             if f.kind == "numeric":
-                values[f.name], null = _values(episode, f)
+                values[f.name], null = _values(col, f)
                 if null is not None and null.any():
                     nulls[f.name] = null
             else:
-                others[f.name] = list(episode[f.name])
-        ts = np.asarray(episode["timestamp"], np.float32) if "timestamp" in episode.features else \
-            np.zeros(episode.length, np.float32)
-        return _Prepared(episode, episode.length, values, nulls, others, ts)
+                others[f.name] = list(field_values(col))
+        ts = np.asarray(field_values(flat.field("timestamp")), np.float32) \
+            if "timestamp" in [x.name for x in flat.type] else np.zeros(int(offsets[-1]), np.float32)
+        videos = table.column("videos").combine_chunks() if self.cameras else None
+        clips = {cam: _clips(videos, cam) for cam in self.cameras}
+        nbytes = table.nbytes + sum(v.nbytes for v in values.values()) + ts.nbytes
+        group = _Group(table, offsets, values, nulls, others, ts, clips, nbytes)
+        self._groups_cache[k] = group
+        total = sum(g.nbytes for g in self._groups_cache.values())
+        while total > ROW_GROUP_BYTES and len(self._groups_cache) > 1:
+            total -= self._groups_cache.popitem(last=False)[1].nbytes
+        return group
 
     def _handle(self, prep: _Prepared, camera: str) -> VideoHandle:
+        """`camera`'s handle on the episode: its clip from the row group's columns, its file's tables from the
+        reader (built once per file and process, shared by every episode of the file)."""
         h = prep.handles.get(camera)
         if h is None:
-            h = prep.episode.video(camera)
+            clips, r = prep.group.clips[camera], prep.row
+            if not clips.valid[r]:
+                raise ReaderError(f"episode {prep.episode_index} camera {camera} has no clip")
+            uri = clips.uris[r]
+            inline = clips.inline.slice(r, 1) if clips.inline is not None and clips.inline_valid[r] else None
+            reader = self._reader()
+            h = camera_handle(reader.access, prep.episode_index, camera, uri, lambda: reader.tracks(uri, inline),
+                              start_ns=int(clips.start_ns[r]), end_ns=int(clips.end_ns[r]),
+                              origin_ns=int(clips.origin_ns[r]), length=prep.length)
             prep.handles[camera] = h
         return h
 
@@ -528,7 +613,7 @@ class ImportedFrames(_Dataset):
     # -- items ---------------------------------------------------------------------------------
 
     def _where(self, i: int, prep: _Prepared, pos: int) -> str:
-        return f"item {i} (episode {prep.episode.episode_index}, frame {pos}) of the import at {self.root}"
+        return f"item {i} (episode {prep.episode_index}, frame {pos}) of the import at {self.root}"
 
     def _camera(self, prep: _Prepared, camera: str, rows: np.ndarray, where: str):
         """The pictures of frames `rows` of the episode from `camera`: float32 N x C x H x W in [0, 1]."""

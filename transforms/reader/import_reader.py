@@ -17,8 +17,10 @@ caller gives), and each MediaIndex is checked before use (see `confine` and `mp4
 from __future__ import annotations
 
 import bisect
+import collections
 import dataclasses
 import json
+import os
 import threading
 from typing import Any, Callable, Iterator, Optional, Sequence
 
@@ -32,10 +34,10 @@ from transforms.episode import paths, spql_types
 from transforms.errors import LeRobotImportError
 from transforms.mp4 import ranges
 from transforms.reader.confine import part_uri
-from transforms.reader.episode import Episode, VideoAccess, _LRU
-from transforms.reader.seek import DEFAULT_TOLERANCE, ReaderError
+from transforms.reader.episode import Episode, VideoAccess, _LRU, track_tables
+from transforms.reader.seek import DEFAULT_TOLERANCE, ReaderError, TrackTables
 
-__all__ = ["ImportReader", "MediaIndexStore", "RowGroupRef", "fill_media_index"]
+__all__ = ["ImportReader", "MediaIndexStore", "ParquetFiles", "RowGroupRef", "fill_media_index"]
 
 #: A manifest larger than this is not read: one entry per episodes file is about a kilobyte.
 MAX_MANIFEST_BYTES = 64 << 20
@@ -64,6 +66,73 @@ def _metadata(uri: str) -> pq.FileMetaData:
 
 def _row_group(uri: str, row_group: int, columns: Optional[list[str]] = None) -> pa.Table:
     return _parquet_read(uri, lambda pf: pf.read_row_group(row_group, columns=columns))
+
+
+class ParquetFiles:
+    """Parquet files kept open for reading, one process's: each file is opened (and its footer read) once,
+    then every row group read reuses it. A random training read touches a few row groups of many files:
+    opening a file again for each costs a footer read (a request on remote storage) per item.
+
+    Args:
+        max_files: files kept open; the least recently used one is closed beyond it.
+    """
+
+    def __init__(self, max_files: int = 64) -> None:
+        self.max_files = max(1, int(max_files))
+        self._open: collections.OrderedDict = collections.OrderedDict()
+        self._lock = threading.RLock()
+        self._pid = os.getpid()
+        #: Files opened so far (tests check that each is opened once).
+        self.opened = 0
+
+    def _file(self, uri: str) -> pq.ParquetFile:
+        if self._pid != os.getpid():  # a forked child: the parent's handles are not ours
+            self._pid, self._open, self._lock, self.opened = os.getpid(), collections.OrderedDict(), \
+                threading.RLock(), 0
+        found = self._open.get(uri)
+        if found is not None:
+            self._open.move_to_end(uri)
+            return found[1]
+        fs, path = storage.filesystem(uri)
+        f = fs.open(path, "rb")
+        try:
+            pf = pq.ParquetFile(f)
+        except BaseException:
+            f.close()
+            raise
+        self.opened += 1
+        self._open[uri] = (f, pf)
+        while len(self._open) > self.max_files:
+            old, _ = self._open.popitem(last=False)[1]
+            old.close()
+        return pf
+
+    def read(self, uri: str, read: Callable[[pq.ParquetFile], Any]) -> Any:
+        """`read(ParquetFile)` on the open file at `uri` (opened on first use).
+
+        Raises:
+            ReaderError: the file is missing or is not Parquet.
+        """
+        with self._lock:
+            try:
+                return read(self._file(uri))
+            except FileNotFoundError:
+                raise ReaderError(f"{uri} does not exist") from None
+            except (OSError, pa.ArrowException) as ex:
+                self._open.pop(uri, None)  # not trusted for the next read
+                raise ReaderError(f"cannot read Parquet file {uri}: {ex}") from None
+
+    def metadata(self, uri: str) -> pq.FileMetaData:
+        return self.read(uri, lambda pf: pf.metadata)
+
+    def row_group(self, uri: str, row_group: int, columns: Optional[list[str]] = None) -> pa.Table:
+        return self.read(uri, lambda pf: pf.read_row_group(row_group, columns=columns))
+
+    def __getstate__(self) -> dict:
+        return {"max_files": self.max_files}
+
+    def __setstate__(self, state: dict) -> None:
+        self.__init__(state["max_files"])
 
 
 def _stats_range(md: pq.FileMetaData, rg: int, column: str) -> tuple[Any, Any]:
@@ -160,22 +229,43 @@ class MediaIndexStore:
     """The default layout's `media_index/` parts: one MediaIndex per MP4 URI, looked up by URI.
 
     Only footers are read up front; a lookup reads the one row group whose `uri` statistics can hold
-    the URI (the importer writes one row group per file, sorted by URI) and caches its rows."""
+    the URI (the importer writes one row group per file, sorted by URI) and caches its rows. Each part
+    is opened once and kept open (`ParquetFiles`), so looking up many files costs one footer read per
+    part, not one per file. `tracks(uri)` gives the file's `TrackTables` themselves, built once per
+    store and file and kept within `cache_track_bytes`: what a frame read needs, without the Arrow
+    record of the index being kept or copied.
 
-    def __init__(self, files: Sequence[str], *, cache_files: int = 256) -> None:
+    Args:
+        files: the media_index/ parts.
+        cache_files: MediaIndex values (Arrow) kept for `lookup`.
+        cache_track_bytes: bytes of `TrackTables` kept for `tracks` (the least recently used go first).
+        parquet: the open-file cache to read through (default: the store's own).
+    """
+
+    def __init__(self, files: Sequence[str], *, cache_files: int = 256, cache_track_bytes: int = 256 << 20,
+                 parquet: Optional[ParquetFiles] = None) -> None:
         self.files = list(files)
         self._groups: Optional[list[_IndexGroup]] = None
         self._cache = _LRU(cache_files)
+        self._tracks = _SizedLRU(cache_track_bytes)
         self._lock = threading.Lock()
+        self.parquet = parquet or ParquetFiles()
         #: Row groups read so far (tests check that a lookup reads one).
         self.row_groups_read = 0
+        #: TrackTables built (each from one file's MediaIndex) so far.
+        self.tracks_built = 0
+
+    @property
+    def shards_opened(self) -> int:
+        """media_index/ parts opened so far by this process (each is opened once and kept open)."""
+        return self.parquet.opened
 
     def _load_groups(self) -> list[_IndexGroup]:
         with self._lock:
             if self._groups is None:
                 groups = []
                 for f in self.files:
-                    md = _metadata(f)
+                    md = self.parquet.metadata(f)
                     for rg in range(md.num_row_groups):
                         lo, hi = _stats_range(md, rg, "uri")
                         groups.append(_IndexGroup(lo, hi, f, rg))
@@ -183,32 +273,97 @@ class MediaIndexStore:
                 self._groups = groups
             return self._groups
 
-    def lookup(self, uri: str) -> Optional[pa.Array]:
-        """The MediaIndex of `uri` as a length-1 spql.MediaIndex array; None when it has none."""
-        found = self._cache.get(uri)
-        if found is not None:
-            return found[0]
+    def _candidates(self, uri: str) -> list[_IndexGroup]:
         groups = self._load_groups()
         with_stats = [g for g in groups if g.min_uri is not None]
         mins = [g.min_uri for g in with_stats]
         # Groups are disjoint URI ranges in sorted order: the candidate is the last with min <= uri.
         k = bisect.bisect_right(mins, uri) - 1
-        candidates = ([with_stats[k]] if k >= 0 and uri <= with_stats[k].max_uri else []) + \
+        return ([with_stats[k]] if k >= 0 and uri <= with_stats[k].max_uri else []) + \
             [g for g in groups if g.min_uri is None]
-        for g in candidates:
-            self._read_group(g)
-            found = self._cache.get(uri)
-            if found is not None:
-                return found[0]
+
+    def lookup(self, uri: str) -> Optional[pa.Array]:
+        """The MediaIndex of `uri` as a length-1 spql.MediaIndex array; None when it has none."""
+        found = self._cache.get(uri)
+        if found is not None:
+            return found[0]
+        for g in self._candidates(uri):
+            rows = self._read_group(g)
+            for u, index in rows.items():
+                self._cache.put(u, (index,))
+            if uri in rows:
+                return rows[uri]
         self._cache.put(uri, (None,))
         return None
 
-    def _read_group(self, g: _IndexGroup) -> None:
-        table = _row_group(g.file, g.row_group, ["uri", "index"])
+    def tracks(self, uri: str) -> Optional[TrackTables]:
+        """The primary track's tables of `uri`'s MediaIndex, built on first use and kept; None when the
+        file has no MediaIndex.
+
+        Raises:
+            ReaderError: the index cannot be used (naming the file), or media_index/ cannot be read.
+        """
+        found = self._tracks.get(uri)
+        if found is not None:
+            return found[0]
+        index = self._cache.get(uri)
+        index = index[0] if index is not None else None
+        if index is None:
+            for g in self._candidates(uri):
+                index = self._read_group(g).get(uri)
+                if index is not None:
+                    break
+        tables = None if index is None else track_tables(uri, index)
+        if tables is not None:
+            self.tracks_built += 1
+        self._tracks.put(uri, (tables,), _track_bytes(tables))
+        return tables
+
+    def _read_group(self, g: _IndexGroup) -> dict[str, Optional[pa.Array]]:
+        """uri -> its MediaIndex (length 1, a zero-copy slice of the row group) or None, of one row group."""
+        table = self.parquet.row_group(g.file, g.row_group, ["uri", "index"])
         self.row_groups_read += 1
         index = table.column("index").combine_chunks()
-        for i, uri in enumerate(table.column("uri").to_pylist()):
-            self._cache.put(uri, (index.slice(i, 1) if index.is_valid()[i].as_py() else None,))
+        valid = index.is_valid().to_numpy(zero_copy_only=False)
+        return {uri: (index.slice(i, 1) if valid[i] else None)
+                for i, uri in enumerate(table.column("uri").to_pylist())}
+
+
+def _track_bytes(tables: Optional[TrackTables]) -> int:
+    if tables is None:
+        return 64
+    return sum(getattr(tables, f.name).nbytes for f in dataclasses.fields(tables)
+               if isinstance(getattr(tables, f.name), np.ndarray)) + len(tables.extradata)
+
+
+class _SizedLRU:
+    """A thread-safe LRU map bounded by the sizes its values are put with (always keeps the newest)."""
+
+    def __init__(self, max_bytes: int) -> None:
+        self.max_bytes = int(max_bytes)
+        self.nbytes = 0
+        self._items: collections.OrderedDict = collections.OrderedDict()
+        self._lock = threading.Lock()
+
+    def get(self, key):
+        with self._lock:
+            if key in self._items:
+                self._items.move_to_end(key)
+                return self._items[key][0]
+        return None
+
+    def put(self, key, value, nbytes: int) -> None:
+        with self._lock:
+            old = self._items.pop(key, None)
+            if old is not None:
+                self.nbytes -= old[1]
+            self._items[key] = (value, int(nbytes))
+            self.nbytes += int(nbytes)
+            while self.nbytes > self.max_bytes and len(self._items) > 1:
+                self.nbytes -= self._items.popitem(last=False)[1][1]
+
+    def __len__(self) -> int:
+        return len(self._items)
 
 
 # ------------------------------------------------------------------------------------------------
@@ -348,7 +503,11 @@ class ImportReader:
         roots = (self.root,) + tuple(storage.normalize_root(r) for r in allowed_roots)
         self.access = VideoAccess(tolerance=tolerance, allowed_roots=roots, skip_videos=manifest.skip_videos,
                                   open_file=open_file, cache_key=f"{self.root} {manifest.run_id}")
+        #: The episode parts, kept open (one footer read per part and process).
+        self.parquet = ParquetFiles()
         self.media_index = MediaIndexStore(list(manifest.media_index))
+        #: TrackTables of files whose MediaIndex the episode rows carry (the --inline-index layout).
+        self._inline_tracks = _SizedLRU(256 << 20)
         self._row_groups: Optional[list[RowGroupRef]] = None
         #: Episode row groups read so far (tests check that a lookup reads only what it needs).
         self.row_groups_read = 0
@@ -364,7 +523,7 @@ class ImportReader:
             if self._row_groups is None:
                 out = []
                 for part in self.parts:
-                    md = _metadata(part)
+                    md = self.parquet.metadata(part)
                     for rg in range(md.num_row_groups):
                         lo, hi = _stats_range(md, rg, "episode_index")
                         out.append(RowGroupRef(part, rg, lo, hi, md.row_group(rg).num_rows))
@@ -382,9 +541,39 @@ class ImportReader:
         table = fill_media_index(self._read(ref), self.media_index.lookup)
         return [Episode(table.slice(i, 1), access=self.access) for i in range(table.num_rows)]
 
-    def _read(self, ref: RowGroupRef) -> pa.Table:
+    def _read(self, ref: RowGroupRef, columns: Optional[list[str]] = None) -> pa.Table:
         self.row_groups_read += 1
-        return _row_group(ref.part, ref.row_group)
+        return self.parquet.row_group(ref.part, ref.row_group, columns)
+
+    def read_rows(self, ref: RowGroupRef, columns: Optional[list[str]] = None) -> pa.Table:
+        """One row group's episode rows as the part stores them: in the default layout each clip's
+        `clip.media.index` is null (`tracks` gives the file's tables instead of a filled-in record).
+
+        Args:
+            ref: one of `row_groups()`.
+            columns: only these columns (default: all).
+        """
+        return self._read(ref, columns)
+
+    def tracks(self, uri: str, inline: Optional[pa.Array] = None) -> Optional[TrackTables]:
+        """The primary track's tables of the video file `uri`, built once per reader and file.
+
+        Args:
+            uri: the video file.
+            inline: the MediaIndex an episode row carries for it (length 1; the --inline-index layout), or
+                None to look it up in media_index/.
+        Returns:
+            The tables; None when the file has no MediaIndex.
+        Raises:
+            ReaderError: the index cannot be used, or media_index/ cannot be read.
+        """
+        if inline is None:
+            return self.media_index.tracks(uri)
+        found = self._inline_tracks.get(uri)
+        if found is None:
+            found = track_tables(uri, inline)
+            self._inline_tracks.put(uri, found, _track_bytes(found))
+        return found
 
     def __iter__(self) -> Iterator[Episode]:
         for ref in self.row_groups():
@@ -419,6 +608,6 @@ class ImportReader:
 
     def episode_indices(self) -> np.ndarray:
         """Every episode_index the import holds, sorted (reads the `episode_index` column of every part)."""
-        found = [_row_group(r.part, r.row_group, ["episode_index"]).column("episode_index").to_numpy()
+        found = [self.parquet.row_group(r.part, r.row_group, ["episode_index"]).column("episode_index").to_numpy()
                  for r in self.row_groups()]
         return np.unique(np.concatenate(found).astype(np.int64)) if found else np.zeros(0, np.int64)

@@ -192,6 +192,19 @@ class TrackTables:
         return json.dumps({"frames": frames})
 
 
+def _first_at_or_after(sorted_pts: np.ndarray, timescale: int, x: float) -> int:
+    """The first presentation index whose time `pts / timescale` (float64 seconds) is >= `x`: the
+    searchsorted of the times in seconds, found in ticks and settled on the seconds' own comparison
+    near the boundary, so a lookup costs O(log n), not a pass over a file's tables."""
+    n = len(sorted_pts)
+    k = int(np.searchsorted(sorted_pts, x * timescale, side="left"))
+    while k > 0 and sorted_pts[k - 1] / timescale >= x:
+        k -= 1
+    while k < n and sorted_pts[k] / timescale < x:
+        k += 1
+    return k
+
+
 # ------------------------------------------------------------------------------------------------
 # Seeking
 # ------------------------------------------------------------------------------------------------
@@ -244,11 +257,11 @@ class VideoHandle:
         """[lo, hi): presentation indices of the clip's frames. A frame belongs to the clip when its time
         lies in [start - tolerance, end - tolerance) (the stored bounds drift by a few ns from the
         frames, and each boundary frame goes to one clip), extended to `frame_count` frames."""
-        sp_s = self.track.sorted_pts / self.track.timescale
-        lo = int(np.searchsorted(sp_s, self.clip_start_ns / 1e9 - self.tolerance, side="left"))
-        hi = int(np.searchsorted(sp_s, self.clip_end_ns / 1e9 - self.tolerance, side="left"))
+        sp = self.track.sorted_pts
+        lo = _first_at_or_after(sp, self.track.timescale, self.clip_start_ns / 1e9 - self.tolerance)
+        hi = _first_at_or_after(sp, self.track.timescale, self.clip_end_ns / 1e9 - self.tolerance)
         if self.frame_count is not None:
-            hi = max(hi, min(lo + int(self.frame_count), len(sp_s)))
+            hi = max(hi, min(lo + int(self.frame_count), len(sp)))
         return lo, max(lo, hi)
 
     def _episode_time(self, stream_ns: float) -> str:

@@ -1,0 +1,186 @@
+"""`ImportedFrames` serves the same items whatever the MP4 layout (many episodes per MP4, or one episode per MP4,
+as v2.1-style and merged datasets hold them), and its per-item cost does not depend on it: each MP4's MediaIndex
+is read once per process into the tables a seek needs, each media_index/ shard is opened once per process, and no
+item copies a file's index (the logical record with its index filled in is never built on the frames path)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+torch = pytest.importorskip("torch", reason="ImportedFrames needs PyTorch: pip install -e '.[torch]'")
+av = pytest.importorskip("av", reason="splitting MP4s needs PyAV: pip install -e '.[video]'")
+
+from tests.bench.synth_dataset import make_dataset  # noqa: E402
+from tests.helpers import copy_dataset, lerobot_dataset, run_import  # noqa: E402
+from tests.test_frames_dataset import _compare, _equal_items, _recorded  # noqa: E402
+from transforms.reader import import_reader, seek  # noqa: E402
+from transforms.reader import episode as episode_module  # noqa: E402
+from transforms.reader.frames import ImportedFrames  # noqa: E402
+
+LENGTHS = [10, 12, 8, 14, 10, 12, 9, 11]
+
+
+def split_per_episode(root, out):
+    """A copy of the LeRobot dataset at `root` whose MP4s hold one episode each: each episode's packets
+    stream-copied (no re-encode: the same pictures) into its own file, the episodes metadata pointing at it
+    (file_index = episode, from_timestamp 0), as LeRobot v2.1-style and merged datasets are laid out."""
+    out = copy_dataset(root, out)
+    info = json.loads((out / "meta" / "info.json").read_text())
+    fps = info["fps"]
+    cams = [k for k, f in info["features"].items() if f["dtype"] == "video"]
+    meta = sorted((out / "meta" / "episodes").rglob("*.parquet"))
+    for path in meta:
+        table = pq.read_table(path)
+        for cam in cams:
+            cols = {c: table.column(f"videos/{cam}/{c}").to_pylist()
+                    for c in ("chunk_index", "file_index", "from_timestamp")}
+            for row, ep in enumerate(table.column("episode_index").to_pylist()):
+                src = root / info["video_path"].format(video_key=cam, chunk_index=cols["chunk_index"][row],
+                                                       file_index=cols["file_index"][row])
+                dst = out / info["video_path"].format(video_key=cam, chunk_index=0, file_index=ep)
+                length = table.column("length")[row].as_py()
+                start = cols["from_timestamp"][row]
+                _remux(src, dst.with_suffix(".part"), start, start + length / fps)
+            table = table.set_column(table.column_names.index(f"videos/{cam}/chunk_index"),
+                                     f"videos/{cam}/chunk_index", pa.array([0] * table.num_rows, pa.int64()))
+            table = table.set_column(table.column_names.index(f"videos/{cam}/file_index"),
+                                     f"videos/{cam}/file_index", table.column("episode_index").cast(pa.int64()))
+            table = table.set_column(table.column_names.index(f"videos/{cam}/from_timestamp"),
+                                     f"videos/{cam}/from_timestamp", pa.array([0.0] * table.num_rows))
+            to = pa.array([n / fps for n in table.column("length").to_pylist()])
+            table = table.set_column(table.column_names.index(f"videos/{cam}/to_timestamp"),
+                                     f"videos/{cam}/to_timestamp", to)
+        pq.write_table(table, path)
+    for cam in cams:
+        shutil.rmtree(out / "videos" / cam / "chunk-001", ignore_errors=True)
+        for mp4 in (out / "videos" / cam).rglob("*.mp4"):
+            mp4.unlink()
+        for part in (out / "videos" / cam).rglob("*.part"):
+            part.rename(part.with_suffix(".mp4"))
+    return out
+
+
+def _remux(src, dst, start: float, end: float) -> None:
+    dst.parent.mkdir(parents=True, exist_ok=True)
+    with av.open(str(src)) as inp, av.open(str(dst), "w", format="mp4") as outp:
+        stream = inp.streams.video[0]
+        tb = float(stream.time_base)
+        st = outp.add_stream_from_template(stream, opaque=True)
+        base = None
+        for pkt in inp.demux(stream):
+            if pkt.pts is None or not start - 1e-4 <= pkt.pts * tb < end - 1e-4:
+                continue
+            base = pkt.dts if base is None else base
+            assert base != pkt.dts or pkt.is_keyframe  # an episode starts on a keyframe (encoded on its own)
+            pkt.pts, pkt.dts = pkt.pts - base, pkt.dts - base
+            pkt.stream = st
+            outp.mux(pkt)
+
+
+@pytest.fixture(scope="module")
+def layouts(tmp_path_factory):
+    """The same synthetic episodes (g=2 AV1, 2 cameras) imported with 4 episodes per MP4 and one per MP4."""
+    tmp = tmp_path_factory.mktemp("layouts")
+    outs = {}
+    for name, per in (("many", 4), ("one", 1)):
+        root = make_dataset(tmp / f"ds_{name}", episodes=len(LENGTHS), frames=LENGTHS, cameras=2, codec="av1", gop=2,
+                            clip_frames=6, episodes_per_mp4=per, state_dim=3, action_dim=3)
+        assert run_import(root, tmp / f"out_{name}") == 0
+        outs[name] = str(tmp / f"out_{name}")
+    return outs
+
+
+WINDOWS = {"observation.images.top": [-1 / 30, 0.0], "action": [i / 30 for i in range(4)]}
+
+
+@pytest.mark.parametrize("windows", [False, True])
+def test_layouts_give_the_same_items(layouts, windows):
+    kwargs = {"delta_timestamps": WINDOWS} if windows else {}
+    many, one = ImportedFrames(layouts["many"], **kwargs), ImportedFrames(layouts["one"], **kwargs)
+    assert len(many) == len(one) == sum(LENGTHS)
+    uris = {ds.root: {ds._handle(ds._episode(e), "observation.images.top").uri for e in range(ds.num_episodes)}
+            for ds in (many, one)}
+    assert len(uris[many.root]) == 2 and len(uris[one.root]) == len(LENGTHS)  # the layouts really differ
+    for i in np.random.default_rng(0).permutation(len(many)).tolist():
+        _equal_items(many[i], one[i])
+
+
+def test_one_episode_per_mp4_items_equal_lerobot(tmp_path):
+    """so101_av1 split into one MP4 per episode (the same pictures, stream-copied) still gives LeRobot's
+    recorded items, plain and windowed, in a random order."""
+    root = split_per_episode(lerobot_dataset("so101_av1"), tmp_path / "split")
+    assert len(list((root / "videos" / "observation.images.front").rglob("*.mp4"))) == 4
+    out = tmp_path / "out"
+    assert run_import(root, out) == 0
+    info, runs = _recorded(lerobot_dataset("so101_av1"))
+    order = np.random.default_rng(1).permutation(len(info["items"]))
+    for run, kwargs in (("plain", {}), ("windows", {"delta_timestamps": info["delta_timestamps"]})):
+        ds = ImportedFrames(str(out), **kwargs)
+        assert _compare(ds, info, run, runs[run], order.tolist()) == len(ds) == len(info["items"])
+
+
+class _Counted(ImportedFrames):
+    """Items that carry their process's read counters."""
+
+    def __getitem__(self, i):
+        item = super().__getitem__(i)
+        store = self._reader().media_index
+        item["_shards_opened"] = store.shards_opened
+        item["_tracks_built"] = store.tracks_built
+        item["_built_by_reader"] = _BUILT["n"]
+        return item
+
+
+_BUILT = {"n": 0}
+
+
+@pytest.fixture
+def counted_builds(monkeypatch):
+    """Counts TrackTables built from a MediaIndex; the record-filling path (which copies a file's index per
+    episode) and Episode.video raise if the frames path reaches them."""
+    real = seek.TrackTables.from_media_index.__func__
+    _BUILT["n"] = 0
+
+    def counting(cls, index, track_id=None):
+        _BUILT["n"] += 1
+        return real(cls, index, track_id)
+
+    def refuse(*_, **__):
+        raise AssertionError("the frames path built the logical record")
+
+    monkeypatch.setattr(seek.TrackTables, "from_media_index", classmethod(counting))
+    monkeypatch.setattr(import_reader, "fill_media_index", refuse)
+    monkeypatch.setattr(episode_module.Episode, "video", refuse)
+
+
+@pytest.mark.parametrize("name", ["one", "many"])
+def test_each_shard_opened_and_each_index_read_once_per_process(layouts, name, counted_builds):
+    ds = _Counted(layouts[name], delta_timestamps=WINDOWS)
+    shards = len(ds._reader().media_index.files)
+    files = len({ds._handle(ds._episode(e), c).uri for e in range(ds.num_episodes) for c in ds.cameras})
+    assert shards == 2 and files == (4 if name == "many" else 16)
+    order = np.random.default_rng(2).permutation(len(ds)).tolist()
+    seen = [ds[i] for i in order + order[:20]]
+    # one process: every shard opened once, every file's tables built once, whatever the number of items
+    assert seen[-1]["_shards_opened"] == shards and seen[-1]["_tracks_built"] == files == _BUILT["n"]
+    assert ds._reader().media_index.row_groups_read == files  # one row group per file, read once
+
+
+def test_each_shard_opened_once_per_dataloader_worker(layouts, counted_builds):
+    from torch.utils.data import DataLoader
+
+    ds = _Counted(layouts["one"])
+    shards = len(ds._reader().media_index.files)
+    loader = DataLoader(ds, batch_size=4, num_workers=2, shuffle=True, multiprocessing_context="fork")
+    opened, built = [], []
+    for batch in loader:
+        opened += batch["_shards_opened"].tolist()
+        built += batch["_tracks_built"].tolist()
+    assert 1 <= max(opened) <= shards  # per worker: each shard at most once
+    assert max(built) <= len(LENGTHS) * len(ds.cameras)  # per worker: each file's tables at most once
