@@ -184,3 +184,34 @@ def test_each_shard_opened_once_per_dataloader_worker(layouts, counted_builds):
         built += batch["_tracks_built"].tolist()
     assert 1 <= max(opened) <= shards  # per worker: each shard at most once
     assert max(built) <= len(LENGTHS) * len(ds.cameras)  # per worker: each file's tables at most once
+
+
+def test_uint8_cameras_are_lerobots_values_before_the_division(layouts):
+    """camera_dtype="uint8" returns the decoded values: `float() / 255` of them is the float32 item, bit for bit,
+    batched through default_collate too; every other key is unchanged."""
+    from torch.utils.data import default_collate
+
+    plain = ImportedFrames(layouts["one"], delta_timestamps=WINDOWS)
+    small = ImportedFrames(layouts["one"], delta_timestamps=WINDOWS, camera_dtype="uint8")
+    items = [3, 40, len(plain) - 1]
+    for i in items:
+        a, b = plain[i], small[i]
+        assert set(a) == set(b)
+        for key in a:
+            if key in plain.cameras:
+                assert b[key].dtype == torch.uint8 and b[key].shape == a[key].shape
+                assert torch.equal(b[key].to(torch.float32) / 255, a[key])
+            elif isinstance(a[key], torch.Tensor):
+                assert torch.equal(a[key], b[key]), key
+    batch = default_collate([small[i] for i in items])
+    want = default_collate([plain[i] for i in items])
+    for cam in plain.cameras:  # top has a window of 2 frames, wrist none
+        assert batch[cam].dtype == torch.uint8 and torch.equal(batch[cam].float().div_(255), want[cam])
+    assert batch["observation.images.wrist"].is_contiguous()
+
+
+def test_camera_dtype_is_checked(layouts):
+    from transforms.reader.frames import FramesError
+
+    with pytest.raises(FramesError, match=r"^camera_dtype='float16' is not one of 'float32', 'uint8'$"):
+        ImportedFrames(layouts["one"], camera_dtype="float16")

@@ -248,7 +248,7 @@ def main(argv=None) -> None:
     ap.add_argument("--episodes", type=int, default=20)
     ap.add_argument("--frames", type=int, default=200, help="frames per episode")
     ap.add_argument("--resolution", default="128x96", help="WIDTHxHEIGHT")
-    ap.add_argument("--gop", type=int, default=20)
+    ap.add_argument("--gop", type=int, default=2, help="frames per GOP (LeRobot's writer: g=2)")
     ap.add_argument("--clip-frames", type=int, default=40, help="frames of the synthetic base clip (a GOP multiple)")
     ap.add_argument("--codec", default="av1", choices=("h264", "hevc", "av1"))
     ap.add_argument("--items", type=int, default=600, help="items timed per order")
@@ -261,8 +261,19 @@ def main(argv=None) -> None:
     ap.add_argument("--torch-threads", type=int, default=1,
                     help="torch intra-op threads on both sides (1, as in a DataLoader worker)")
     ap.add_argument("--workdir", default=None, help="keep the datasets here (default: a temporary folder)")
+    ap.add_argument("--layouts", action="store_true",
+                    help="the MP4-layout benchmark: SHAPES, random / windows / DataLoader / uint8 / first batch / "
+                         "memory, ours vs --compare-with vs a per-item PyAV open+seek+decode")
+    ap.add_argument("--shapes", default="",
+                    help="with --layouts: only shapes whose name holds one of these (;-separated)")
+    ap.add_argument("--compare-with", default=None,
+                    help="with --layouts: another checkout's root (e.g. main) to time too")
     args = ap.parse_args(argv)
     sys.path.insert(0, str(REPO))
+    if args.layouts:
+        if args.items == 600:
+            args.items = 300
+        return layouts_main(args)
     os.environ.setdefault("GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT", "false")
     os.environ.setdefault("NO_GCE_CHECK", "true")
     backends = [b for b in args.lerobot_backends.split(",") if b]
@@ -364,8 +375,280 @@ def main(argv=None) -> None:
         print("note: " + note)
 
 
+# ------------------------------------------------------------------------------------------------
+# --layouts: LeRobot-shaped MP4 layouts, random access, DataLoader, first batch, memory
+# ------------------------------------------------------------------------------------------------
+
+#: name -> the synthetic dataset (tests/bench/synth_dataset.py): g=2 AV1, LeRobot's defaults otherwise.
+SHAPES = {
+    "30/mp4 2cam 320x240": dict(episodes=200, frames=300, cameras=2, width=320, height=240, episodes_per_mp4=30),
+    "1/mp4 2cam 320x240": dict(episodes=200, frames=300, cameras=2, width=320, height=240, episodes_per_mp4=1),
+    "30/mp4 3cam 640x480": dict(episodes=90, frames=300, cameras=3, width=640, height=480, episodes_per_mp4=30),
+    "1/mp4 3cam 640x480": dict(episodes=90, frames=300, cameras=3, width=640, height=480, episodes_per_mp4=1),
+    "2000 eps 150k/mp4 2cam 320x240": dict(episodes=2000, frames=300, cameras=2, width=320, height=240,
+                                           samples_per_mp4=150_000),
+}
+#: The windows of the "windows" rows: 2 camera frames and 10 action steps (fps 30).
+FPS = 30
+
+
+def _windows(cameras: list[str]) -> dict:
+    return {**{c: [-1 / FPS, 0.0] for c in cameras}, "action": [k / FPS for k in range(10)]}
+
+
+class PyAVBaseline:
+    """LeRobot's pyav access pattern as a map-style dataset: every item opens each camera's MP4, seeks to the
+    keyframe before the frame and decodes up to it (and on to the window's last frame), converts to RGB and
+    float32 C x H x W / 255; numeric columns from the data files, loaded whole up front (cheaper than
+    LeRobot's Hugging Face dataset rows, so the baseline is, if anything, flattered)."""
+
+    def __init__(self, root: str, delta_timestamps: Optional[dict] = None, tolerance_s: float = 1e-4) -> None:
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        self.root = Path(root)
+        info = json.loads((self.root / "meta" / "info.json").read_text())
+        self.fps, self.video_path = info["fps"], info["video_path"]
+        self.cameras = [k for k, f in info["features"].items() if f["dtype"] == "video"]
+        eps = pa.concat_tables([pq.read_table(p) for p in sorted((self.root / "meta" / "episodes").rglob("*.parquet"))])
+        self.ep_from = eps.column("dataset_from_index").to_numpy()
+        self.ep_to = eps.column("dataset_to_index").to_numpy()
+        self.video = {c: tuple(eps.column(f"videos/{c}/{k}").to_numpy()
+                               for k in ("chunk_index", "file_index", "from_timestamp")) for c in self.cameras}
+        data = pa.concat_tables([pq.read_table(p) for p in sorted((self.root / "data").rglob("*.parquet"))])
+        self.cols = {}
+        for name in data.column_names:
+            col = data.column(name).combine_chunks()
+            if pa.types.is_fixed_size_list(col.type):
+                self.cols[name] = col.flatten().to_numpy().reshape(len(col), -1).astype(np.float32)
+            else:
+                self.cols[name] = col.to_numpy().astype(np.float32 if pa.types.is_floating(col.type) else np.int64)
+        self.delta = {k: np.round(np.asarray(v) * self.fps).astype(np.int64)
+                      for k, v in (delta_timestamps or {}).items()}
+        self.tolerance_s = tolerance_s
+
+    def __len__(self) -> int:
+        return int(self.ep_to[-1])
+
+    def _frames(self, cam: str, ep: int, ts: np.ndarray):
+        import av
+        import torch
+
+        chunk, file, start = (x[ep] for x in self.video[cam])
+        path = self.root / self.video_path.format(video_key=cam, chunk_index=int(chunk), file_index=int(file))
+        want = start + ts
+        with av.open(str(path)) as container:
+            stream = container.streams.video[0]
+            stream.thread_count = 1
+            tb = float(stream.time_base)
+            container.seek(int(want.min() / tb), stream=stream, backward=True, any_frame=False)
+            got, times = [], []
+            for frame in container.decode(stream):
+                t = frame.pts * tb
+                got.append(frame)
+                times.append(t)
+                if t >= want.max() - self.tolerance_s:
+                    break
+        times = np.asarray(times)
+        pick = np.abs(times[None, :] - want[:, None]).argmin(1)
+        # as LeRobot's pyav path hands frames over: each RGB frame channels-first, stacked, then float / 255
+        frames = [torch.from_numpy(got[k].to_ndarray(format="rgb24")).permute(2, 0, 1) for k in pick]
+        return torch.stack(frames).type(torch.float32) / 255
+
+    def __getitem__(self, i: int) -> dict:
+        import torch
+
+        ep = int(np.searchsorted(self.ep_to, i, side="right"))
+        lo, hi = int(self.ep_from[ep]), int(self.ep_to[ep])
+        item = {}
+        for name, col in self.cols.items():
+            if name in self.delta:
+                at = i + self.delta[name]
+                item[name] = torch.from_numpy(col[np.clip(at, lo, hi - 1)])
+                item[f"{name}_is_pad"] = torch.from_numpy((at < lo) | (at >= hi))
+            else:
+                item[name] = torch.from_numpy(np.array(col[i]))
+        for cam in self.cameras:
+            rows = np.clip(i + self.delta[cam], lo, hi - 1) if cam in self.delta else np.array([i])
+            frames = self._frames(cam, ep, self.cols["timestamp"][rows].astype(np.float64))
+            item[cam] = frames if cam in self.delta else frames[0]
+            if cam in self.delta:
+                item[f"{cam}_is_pad"] = torch.from_numpy((i + self.delta[cam] < lo) | (i + self.delta[cam] >= hi))
+        return item
+
+
+def _proc_memory(pid: int) -> dict:
+    """Resident (RSS), peak resident (HWM) and private (USS: not shared with any other process) MB of `pid`."""
+    out = {}
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith(("VmRSS:", "VmHWM:")):
+                out[line.split(":")[0]] = int(line.split()[1]) / 1024
+        private = 0
+        for line in Path(f"/proc/{pid}/smaps_rollup").read_text().splitlines():
+            if line.startswith(("Private_Clean:", "Private_Dirty:")):
+                private += int(line.split()[1])
+        out["USS"] = private / 1024
+    except OSError:
+        pass
+    return out
+
+
+def measure_side(spec: dict) -> dict:
+    """One side's figures over one dataset (runs in its own interpreter, PYTHONPATH choosing the code)."""
+    import torch
+    from torch.utils.data import DataLoader
+
+    torch.set_num_threads(1)
+    orders = np.load(spec["orders"])
+    items, seconds = spec["items"], spec["seconds"]
+
+    def make(windows: bool, **kw):
+        if spec["side"] == "pyav":
+            ds = PyAVBaseline(spec["dataset"])
+            return PyAVBaseline(spec["dataset"], _windows(ds.cameras) if windows else None)
+        from transforms.reader import ImportedFrames
+        ds = ImportedFrames(spec["import"], **kw)
+        return ImportedFrames(spec["import"], delta_timestamps=_windows(ds.cameras), **kw) if windows else ds
+
+    def timed(ds, order) -> float:
+        n, t0 = 0, time.perf_counter()
+        for i in order[:items].tolist():
+            ds[i]
+            n += 1
+            if time.perf_counter() - t0 > seconds:
+                break
+        return n / (time.perf_counter() - t0)
+
+    out: dict = {}
+    runs = [("random", "random", False, {}), ("random windows", "random", True, {})]
+    if spec["side"] != "pyav":
+        runs += [("sequential", "sequential", False, {}), ("gop-block", "gop-block", False, {})]
+        import inspect
+
+        from transforms.reader import ImportedFrames
+        if "camera_dtype" in inspect.signature(ImportedFrames).parameters:
+            runs += [("random uint8", "random", False, {"camera_dtype": "uint8"}),
+                     ("random windows uint8", "random", True, {"camera_dtype": "uint8"})]
+    for name, order, windows, kw in runs:
+        t0 = time.perf_counter()
+        ds = make(windows, **kw)
+        opened = time.perf_counter() - t0
+        out[name] = {"items_per_s": timed(ds, orders[order]), "open_s": opened}
+    for name, windows, kw in [("loader", False, {}), ("loader windows", True, {})] + (
+            [("loader windows uint8", True, {"camera_dtype": "uint8"})] if "random uint8" in out else []):
+        t0 = time.perf_counter()
+        ds = make(windows, **kw)
+        g = torch.Generator()
+        g.manual_seed(0)
+        it = iter(DataLoader(ds, batch_size=8, num_workers=2, shuffle=True, generator=g))
+        next(it)
+        first = time.perf_counter() - t0
+        n, t1 = 0, time.perf_counter()
+        for batch in it:
+            n += len(batch["index"])
+            if n >= items or time.perf_counter() - t1 > seconds:
+                break
+        rate = n / (time.perf_counter() - t1)
+        mem = [_proc_memory(w.pid) for w in getattr(it, "_workers", [])]
+        del it
+        out[name] = {"items_per_s": rate, "first_batch_s": first,
+                     "worker_rss_mb": max((m.get("VmRSS", 0) for m in mem), default=None),
+                     "worker_hwm_mb": max((m.get("VmHWM", 0) for m in mem), default=None),
+                     "worker_uss_mb": max((m.get("USS", 0) for m in mem), default=None)}
+    return out
+
+
+def run_side(side: str, code: Optional[str], dataset: Path, out: Path, orders: Path, args) -> Optional[dict]:
+    spec = {"side": side, "dataset": str(dataset), "import": str(out), "orders": str(orders), "items": args.items,
+            "seconds": args.seconds}
+    env = dict(os.environ, PYTHONPATH=code or str(REPO), OMP_NUM_THREADS="1")
+    proc = subprocess.run([sys.executable, str(HERE), "--measure", json.dumps(spec)], capture_output=True, text=True,
+                          env=env, cwd="/tmp", timeout=3600)
+    for line in proc.stdout.splitlines():
+        if line.startswith("MEASURE-RESULT "):
+            return json.loads(line[len("MEASURE-RESULT "):])
+    print(f"  {side} failed: " + " | ".join((proc.stderr or proc.stdout).strip().splitlines()[-3:]), flush=True)
+    return None
+
+
+def layouts_main(args) -> None:
+    """Build (or reuse) each shape, then run the sides in alternating rounds; print medians."""
+    import statistics
+
+    from tests.bench.synth_dataset import make_dataset
+    from tests.helpers import run_import
+
+    work = Path(args.workdir or tempfile.mkdtemp(prefix="bench_frames_"))
+    work.mkdir(parents=True, exist_ok=True)
+    sides = [("ours", None)] + ([("main", args.compare_with)] if args.compare_with else []) + [("pyav", None)]
+    shapes = [s for s in SHAPES if not args.shapes or any(k in s for k in args.shapes.split(";"))]
+    table = []
+    for shape in shapes:
+        params = SHAPES[shape]
+        slug = "".join(c if c.isalnum() else "_" for c in shape)
+        root, out = work / f"ds_{slug}", work / f"out_{slug}"
+        t0 = time.perf_counter()
+        if not (out / "manifest.json").exists():
+            make_dataset(root, codec=args.codec, gop=args.gop, clip_frames=args.clip_frames, overwrite=True, **params)
+            if run_import(root, out) != 0:
+                raise SystemExit(f"the import of {root} failed: see {out}/errors.jsonl")
+        from transforms.reader import GopBlockSampler, ImportedFrames, ImportReader
+        ds = ImportedFrames(str(out))
+        rng = np.random.default_rng(args.seed)
+        orders = work / f"orders_{slug}.npz"
+        np.savez(orders, sequential=np.arange(len(ds)), random=rng.permutation(len(ds)),
+                 **{"gop-block": GopBlockSampler(ds, seed=args.seed).order()})
+        reader = ImportReader(str(out))
+        mp4s = len({ds._handle(ds._episode(e), c).uri for e in range(ds.num_episodes) for c in ds.cameras})
+        samples = reader.tracks(ds._handle(ds._episode(0), ds.cameras[0]).uri).num_samples
+        print(f"# {shape}: {ds.num_episodes} episodes x {params['frames']} frames = {len(ds)} items, "
+              f"{len(ds.cameras)} {args.codec} cameras {params['width']}x{params['height']} g={args.gop}, "
+              f"{mp4s} MP4s ({samples} samples in the first); ready in {time.perf_counter() - t0:.0f} s", flush=True)
+        got: dict = {s: [] for s, _ in sides}
+        for r in range(args.repeat):
+            for side, code in (sides if r % 2 == 0 else sides[::-1]):
+                res = run_side("pyav" if side == "pyav" else "ours", code, root, out, orders, args)
+                if res is not None:
+                    got[side].append(res)
+                    print(f"  round {r + 1} {side}: "
+                          + ", ".join(f"{k} {v['items_per_s']:.1f}" for k, v in res.items()), flush=True)
+        med = {}
+        for side, runs in got.items():
+            keys = runs[0].keys() if runs else ()
+            med[side] = {k: {m: statistics.median(run[k][m] for run in runs if run[k].get(m) is not None)
+                             for m in runs[0][k] if runs[0][k][m] is not None} for k in keys}
+        table.append((shape, med))
+    print(f"\nitems/s, medians of {args.repeat} alternating rounds; one process = ds[i] in a loop, torch threads 1; "
+          "loader = DataLoader(num_workers=2, shuffle=True, batch_size=8), items/s after the first batch; windows = "
+          "2 frames per camera [-1/30, 0] s + 10 action steps")
+    cols = ["random", "random windows", "loader", "loader windows", "random uint8", "loader windows uint8",
+            "sequential", "gop-block"]
+    print("| shape | side | " + " | ".join(cols) + " | first batch s | worker RSS / USS MB |")
+    print("|---|---|" + "---|" * (len(cols) + 2))
+    for shape, med in table:
+        for side, m in med.items():
+            cells = [fmt(m.get(c, {}).get("items_per_s"), ".1f") for c in cols]
+            lw = m.get("loader windows", {})
+            first = fmt(m.get("loader", {}).get("first_batch_s"), ".2f")
+            print(f"| {shape} | {side} | " + " | ".join(cells) + f" | {first}"
+                  f" | {fmt(lw.get('worker_rss_mb'))} / {fmt(lw.get('worker_uss_mb'))} |")
+        if "pyav" in med and "ours" in med:
+            ratio = [fmt(med["ours"].get(c, {}).get("items_per_s", 0) / med["pyav"][c]["items_per_s"], ".2f")
+                     if c in med["pyav"] else "-" for c in cols]
+            print(f"| {shape} | ours/pyav | " + " | ".join(ratio) + " | | |")
+        if "main" in med and "ours" in med:
+            ratio = [fmt(med["ours"][c]["items_per_s"] / med["main"][c]["items_per_s"], ".2f")
+                     if c in med["main"] and c in med["ours"] else "-" for c in cols]
+            print(f"| {shape} | ours/main | " + " | ".join(ratio) + " | | |")
+    print("note: LeRobot's own columns could not be measured here (its venv is not installed); pyav = the per-item "
+          "PyAV open + seek + decode LeRobot's pyav backend does (PyAVBaseline).")
+
+
 if __name__ == "__main__":
-    if len(sys.argv) > 1 and sys.argv[1] == "--lerobot-side":
+    if len(sys.argv) > 1 and sys.argv[1] == "--measure":
+        print("MEASURE-RESULT " + json.dumps(measure_side(json.loads(sys.argv[2]))), flush=True)
+    elif len(sys.argv) > 1 and sys.argv[1] == "--lerobot-side":
         r, o, b, n, s, t, k = sys.argv[2:9]
         lerobot_side(r, o, b, int(n), float(s), int(t), int(k))
     else:

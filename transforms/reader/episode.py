@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import collections
 import dataclasses
+import functools
 import io
 import threading
 from typing import Any, Callable, Optional
@@ -254,6 +255,13 @@ class Episode:
                 f"cameras={self.cameras!r})")
 
 
+@functools.lru_cache(maxsize=4096)
+def _confined(uri: str, roots: tuple[str, ...]) -> bool:
+    """`confined`, remembered per file and roots: resolving a local path walks its symlinks (a few lstat
+    calls per folder), which a random read would otherwise repeat for every episode it opens."""
+    return confined(uri, roots)
+
+
 def camera_handle(access: VideoAccess, episode_index: int, camera: str, uri: Optional[str],
                   tracks: Callable[[], Optional[TrackTables]], *, start_ns: int, end_ns: int, origin_ns: int,
                   length: Optional[int], tolerance: Optional[float] = None) -> VideoHandle:
@@ -273,7 +281,7 @@ def camera_handle(access: VideoAccess, episode_index: int, camera: str, uri: Opt
     if not isinstance(uri, str) or not uri:
         raise ReaderError(f"episode {episode_index} camera {camera}: its clip names no video file")
     roots = access.allowed_roots
-    if roots is not None and not confined(uri, roots):
+    if roots is not None and not _confined(uri, tuple(roots)):
         raise ReaderError(f"episode {episode_index} camera {camera}: its video file {uri:.500} is not inside "
                           f"the roots this reader reads ({', '.join(roots)}); an import's clips point into its "
                           "dataset, so the output was edited or the dataset moved. Pass "

@@ -8,7 +8,8 @@ layout) one item per frame, in the import's episode order. Item `i` is the dict 
   Python object and then into a tensor): floating features float32, integer features int64, booleans
   bool, shapes as the dataset declares them (a shape-[1] feature is a scalar); string features stay
   strings; `timestamp`, `frame_index`, `episode_index`, `index`, `task_index` included;
-* each camera (video features and image features) as float32 C x H x W in [0, 1] (`uint8 / 255`); a
+* each camera (video features and image features) as float32 C x H x W in [0, 1] (`uint8 / 255`;
+  with `camera_dtype="uint8"` the uint8 values themselves, to convert on the training device); a
   video frame's tensor is a channels-first view of channels-last memory (no transposing copy), equal
   to LeRobot's contiguous one, and `default_collate` batches are contiguous;
 * `task`: the task string of the frame's `task_index` (row `task_index` of the dataset's
@@ -28,9 +29,9 @@ the items of a batch that share a GOP decode it once. An item's cost does not de
 are laid out in MP4s: each MP4's MediaIndex is read once per process into the numpy tables a seek
 needs (`ImportReader.tracks`, shared by every episode of the file), each media_index/ shard and
 episode part is opened once per process, and an episode row group is read once and served from
-numpy; no item copies a file's index or builds the logical record (`ImportReader.episode()` does). The dataset pickles without any open file or
-decoder and rebuilds its readers lazily in each process, so `DataLoader(num_workers > 0)` works
-with any start method.
+numpy; no item copies a file's index or builds the logical record (`ImportReader.episode()` does).
+The dataset pickles without any open file or decoder and rebuilds its readers lazily in each process,
+so `DataLoader(num_workers > 0)` works with any start method.
 
 torch is needed to build one (`pip install -e ".[torch]"`); this module imports without it.
 """
@@ -71,6 +72,8 @@ LANGUAGE_FIELDS = ("language_persistent", "language_events")
 MESSAGE_KEYS = ("messages", "message_streams", "target_message_indices")
 #: Prepared episodes kept per process (numeric columns as numpy, video handles, renderings).
 EPISODE_CACHE = 64
+#: What `camera_dtype` may be: LeRobot's float32 in [0, 1], or the decoder's uint8.
+CAMERA_DTYPES = ("float32", "uint8")
 #: Bytes of episode row groups (their frame columns as numpy and Arrow) kept per process.
 ROW_GROUP_BYTES = 256 << 20
 
@@ -151,9 +154,9 @@ def _features(frames_type: pa.StructType) -> list[_Feature]:
     return out
 
 
-def _decode_image(data: Optional[bytes], where: str):
+def _decode_image(data: Optional[bytes], where: str, uint8: bool = False):
     """An encoded image as LeRobot's loader gives it: PIL decodes it, torchvision's ToTensor makes it
-    C x H x W, 8-bit images float32 in [0, 1]."""
+    C x H x W, 8-bit images float32 in [0, 1] (or left uint8 with `uint8`)."""
     torch = _torch()
     if data is None:
         raise FramesError(f"{where}: the image is null (LeRobot cannot return a null image either)")
@@ -172,7 +175,7 @@ def _decode_image(data: Optional[bytes], where: str):
     if arr.ndim == 2:
         arr = arr[:, :, None]
     t = torch.from_numpy(np.ascontiguousarray(arr.transpose(2, 0, 1)))
-    return t.to(torch.float32) / 255 if t.dtype == torch.uint8 else t
+    return t.to(torch.float32) / 255 if t.dtype == torch.uint8 and not uint8 else t
 
 
 # ------------------------------------------------------------------------------------------------
@@ -271,6 +274,9 @@ class ImportedFrames(_Dataset):
         allowed_roots: roots video files may be read from (default: the dataset root the manifest names;
             the import root always).
         cache_gops: decode streams (about a GOP of one camera each) kept per process.
+        camera_dtype: "float32" (LeRobot's: C x H x W in [0, 1]) or "uint8" (the decoded 0..255 values, a
+            quarter of the bytes through the DataLoader; `batch.float().div_(255)` on the training device
+            gives LeRobot's tensor bit for bit).
     Raises:
         FramesError: unknown `delta_timestamps` keys or episodes, offsets that are not whole frames.
         ReaderError: the import cannot be read.
@@ -280,8 +286,12 @@ class ImportedFrames(_Dataset):
     def __init__(self, import_root: str, *, delta_timestamps: Optional[Mapping[str, Sequence[float]]] = None,
                  episodes: Optional[Sequence[int]] = None, image_transforms: Optional[Callable] = None,
                  recipe: Any = None, tolerance_s: float = DEFAULT_TOLERANCE,
-                 allowed_roots: Optional[Sequence[str]] = None, cache_gops: int = 8) -> None:
+                 allowed_roots: Optional[Sequence[str]] = None, cache_gops: int = 8,
+                 camera_dtype: str = "float32") -> None:
         _torch()
+        if camera_dtype not in CAMERA_DTYPES:
+            raise FramesError(f"camera_dtype={camera_dtype!r} is not one of {', '.join(map(repr, CAMERA_DTYPES))}")
+        self.camera_dtype = camera_dtype
         self.root = storage.normalize_root(str(import_root))
         self.tolerance_s = float(tolerance_s)
         self.allowed_roots = None if allowed_roots is None else [str(r) for r in allowed_roots]
@@ -309,6 +319,7 @@ class ImportedFrames(_Dataset):
             self._check_windows()
         self.recipe = self._load_recipe(recipe)
         self._task_names: Optional[list[str]] = None
+        self._task_map: Optional[dict[int, str]] = None
         self._task_error: Optional[str] = None
         self._gop_ids: dict[str, np.ndarray] = {}
 
@@ -582,7 +593,17 @@ class ImportedFrames(_Dataset):
         return prep.tasks
 
     def _task(self, prep: _Prepared, pos: int, where: str) -> str:
-        task = self._frame_tasks(prep)[pos]
+        """The frame's task (looked up for this frame alone: an episode's whole list costs a Python pass over
+        its frames, per item when items come in a random order)."""
+        if prep.tasks is not None:
+            task = prep.tasks[pos]
+        else:
+            if self._task_map is None:
+                self._task_map = dict(enumerate(self._tasks() or ()))
+            index = prep.values.get("task_index")
+            fallback = index is None or not self._task_map  # only then is the episode's own list needed
+            task = frame_tasks(None if index is None else index[pos:pos + 1], self._task_map,
+                               prep.episode.tasks if fallback else (), 1)[0]
         if task is None:
             why = (f"meta/tasks.parquet cannot be read ({self._task_error}) and the episode has tasks "
                    f"{prep.episode.tasks}") if self._task_error else "meta/tasks.parquet has no such row"
@@ -626,13 +647,16 @@ class ImportedFrames(_Dataset):
             frames = self._gops.frames(h.uri, h.track, samples)
         except ReaderError as ex:
             raise FramesError(f"{where}, camera {camera}: {ex}") from None
-        # uint8 -> float32 / 255 as LeRobot computes it (the same IEEE division, so the same bits), on the
-        # channels-first view of the decoder's channels-last pixels: `to` keeps the view's strides, so the
-        # conversion is one pass in memory order. Making the tensor contiguous C x H x W (as LeRobot's
-        # decoders hand it over) would cost a transposing copy, about as much again as the decode of a
-        # small frame. The values, dtype and shape are LeRobot's; only the strides differ, and
-        # `default_collate` stacks items into a contiguous batch.
-        return torch.from_numpy(np.stack(frames)).permute(0, 3, 1, 2).to(torch.float32).div_(255)
+        if self.camera_dtype == "uint8":  # a copy: the frames are the cache's
+            return torch.from_numpy(np.stack(frames)).permute(0, 3, 1, 2)
+        # uint8 -> float32 / 255 as LeRobot computes it (the same IEEE division, so the same bits), in the
+        # decoder's channels-last memory order, then viewed channels-first: converting the channels-first
+        # view instead walks memory with a stride of 3 (8x slower for a 320x240 frame), and making the tensor
+        # contiguous C x H x W (as LeRobot's decoders hand it over) would cost a transposing copy, about as
+        # much again as the decode of a small frame. The values, dtype and shape are LeRobot's; only the
+        # strides differ, and `default_collate` stacks items into a contiguous batch.
+        pixels = torch.from_numpy(frames[0][None] if len(frames) == 1 else np.stack(frames))
+        return pixels.to(torch.float32).div_(255).permute(0, 3, 1, 2)
 
     def __getitem__(self, i: int) -> dict:
         """The LeRobot item of item position `i` (see the module docstring).
@@ -649,6 +673,7 @@ class ImportedFrames(_Dataset):
         deltas = self.delta_indices or {}
         n = prep.length
         item: dict[str, Any] = {}
+        uint8 = self.camera_dtype == "uint8"
         for f in self.features:
             rows = pos if f.name not in deltas else np.clip(pos + np.asarray(deltas[f.name]), 0, n - 1)
             null = prep.nulls.get(f.name)
@@ -659,9 +684,10 @@ class ImportedFrames(_Dataset):
             elif f.kind == "string":
                 item[f.name] = prep.others[f.name][pos]
             elif np.ndim(rows):
-                item[f.name] = torch.stack([_decode_image(prep.others[f.name][r], where) for r in rows.tolist()])
+                item[f.name] = torch.stack([_decode_image(prep.others[f.name][r], where, uint8)
+                                            for r in rows.tolist()])
             else:
-                item[f.name] = _decode_image(prep.others[f.name][rows], where)
+                item[f.name] = _decode_image(prep.others[f.name][rows], where, uint8)
         for key, d in deltas.items():
             at = pos + np.asarray(d, np.int64)
             item[f"{key}_is_pad"] = torch.from_numpy((at < 0) | (at >= n))
