@@ -126,7 +126,9 @@ class ParquetFiles:
         return self.read(uri, lambda pf: pf.metadata)
 
     def row_group(self, uri: str, row_group: int, columns: Optional[list[str]] = None) -> pa.Table:
-        return self.read(uri, lambda pf: pf.read_row_group(row_group, columns=columns))
+        # one thread: a row group of one file (a MediaIndex, an episode group) is read in about a millisecond,
+        # less than a thread pool's hand-offs cost (3x slower with them, more in busy DataLoader workers)
+        return self.read(uri, lambda pf: pf.read_row_group(row_group, columns=columns, use_threads=False))
 
     def __getstate__(self) -> dict:
         return {"max_files": self.max_files}
