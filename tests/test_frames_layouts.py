@@ -85,12 +85,13 @@ def _remux(src, dst, start: float, end: float) -> None:
 
 @pytest.fixture(scope="module")
 def layouts(tmp_path_factory):
-    """The same synthetic episodes (g=2 AV1, 2 cameras) imported with 4 episodes per MP4 and one per MP4."""
+    """The same synthetic episodes (g=2 AV1, 2 cameras, 3 episodes files) imported with 4 episodes per MP4 and
+    one per MP4."""
     tmp = tmp_path_factory.mktemp("layouts")
     outs = {}
     for name, per in (("many", 4), ("one", 1)):
         root = make_dataset(tmp / f"ds_{name}", episodes=len(LENGTHS), frames=LENGTHS, cameras=2, codec="av1", gop=2,
-                            clip_frames=6, episodes_per_mp4=per, state_dim=3, action_dim=3)
+                            clip_frames=6, episodes_per_mp4=per, state_dim=3, action_dim=3, episodes_per_meta_file=3)
         assert run_import(root, tmp / f"out_{name}") == 0
         outs[name] = str(tmp / f"out_{name}")
     return outs
@@ -215,3 +216,26 @@ def test_camera_dtype_is_checked(layouts):
 
     with pytest.raises(FramesError, match=r"^camera_dtype='float16' is not one of 'float32', 'uint8'$"):
         ImportedFrames(layouts["one"], camera_dtype="float16")
+
+
+def test_per_process_caches_stay_within_their_budgets(layouts, monkeypatch):
+    """The tables of files and the episode groups a process keeps are bounded in bytes: past the budget the
+    least recently used go (and are read again when needed), the items unchanged."""
+    from transforms.reader import frames
+
+    want = ImportedFrames(layouts["one"])
+    reader = want._reader()
+    store = import_reader.MediaIndexStore(reader.media_index.files, cache_track_bytes=1)
+    uris = [want._handle(want._episode(e), "observation.images.top").uri for e in range(3)]
+    tables = [store.tracks(u) for u in uris + uris[:1]]
+    assert store.tracks_built == 4 and len(store._tracks) == 1  # only the newest kept: the first was rebuilt
+    assert np.array_equal(tables[0].offset, tables[3].offset) and tables[0] is not tables[3]
+
+    monkeypatch.setattr(frames, "ROW_GROUP_BYTES", 1)
+    monkeypatch.setattr(frames, "EPISODE_CACHE", 1)
+    small, full = ImportedFrames(layouts["many"]), ImportedFrames(layouts["many"])
+    assert len(small._row_groups) == 3
+    for i in (0, len(small) - 1, 1):
+        _equal_items(small[i], full[i])
+        assert len(small._groups_cache) == 1
+    assert small._reader().row_groups_read == 3 + 3  # the scan, then groups 0, 2 and 0 again
