@@ -1,26 +1,23 @@
-"""The command line in front of the import: `--help` that teaches, and options that are checked.
+"""The command line in front of the import: `--help` that teaches, options that are checked, and the
+conventions a shell user expects (`--version`, `-q`/`-v`, exit status 2 for a wrong command line).
 
 Beam's PipelineOptions takes the whole command line but prints no help for it and drops options it
 does not know with a log line; a misspelt `--skip_video` would import the videos anyway. This front
-prints the import's own options (from `ImportOptions` and `RunOptions`, where they are declared), points at
-Beam's options without dumping them (`--help-beam` prints those), and refuses an option neither the
-import nor Beam knows, with the closest known one.
+prints the import's own options (declared Beam-free in `pipelines.arguments`), points at Beam's options
+without dumping them (`--help-beam` prints those), and refuses an option neither the import nor Beam
+knows, with the closest known one. `--help` and `--version` never import Beam (it takes seconds).
 """
 
 from __future__ import annotations
 
 import argparse
 import difflib
+import re
+import sys
+from importlib import metadata
 from typing import Optional, Sequence
 
-from apache_beam.options.pipeline_options import PipelineOptions
-
-try:  # Beam's parser: some options classes declare template (value provider) arguments through it
-    from apache_beam.options.pipeline_options import _BeamArgumentParser as _Parser
-except ImportError:  # pragma: no cover - an older or newer Beam without it
-    _Parser = argparse.ArgumentParser
-
-from pipelines.options import ImportOptions, RunOptions
+from pipelines import arguments
 
 PROG = "lerobot-import"
 
@@ -36,7 +33,21 @@ usage:
   python -m pipelines.import_lerobot ...                                      (the same command)
 """
 
+EXIT_STATUS = """\
+exit status:
+  0  every episodes file of every dataset imported (or was up to date)
+  1  an episodes file or a dataset failed (errors.jsonl and the summary say why), an input could not
+     be read, or every output is being imported by another run
+  2  the command line is wrong (an unknown option, a bad value, a missing --output, a Hub repo id
+     given as a path, an output inside its dataset); nothing was read or written
+"""
+
 EPILOG = """\
+output:
+  A local run shows its progress: on a terminal a live line (episodes files committed, episodes and
+  frames read, data and MP4 bytes read, rate, time left), else a log line every 30 s. Beam's own
+  chatter and per-request HTTP logs are hidden; -v shows them, -q shows only errors and the summary.
+
 Beam pipeline options:
   Every other option is Apache Beam's and goes on the same command line: --runner (default
   DirectRunner, this machine; DataflowRunner on Google Cloud), --direct_num_workers,
@@ -63,9 +74,21 @@ what it writes:
   OUT/.lease.json        while a run imports: which run holds the output (a second run skips it, or
                          waits with --wait-for-lease; a lease left by a dead run expires and is taken over)
 
-Exit status 0 when every episodes file imported, 1 when any failed (errors.jsonl says why) or the
-command line is wrong. A failed episodes file leaves no output; the others still import.
-"""
+A failed episodes file leaves no output; the others still import.
+
+""" + EXIT_STATUS
+
+
+#: Exit statuses of every command (`EXIT_STATUS` tells them).
+EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
+
+
+class UsageError(SystemExit):
+    """A wrong command line: exit status 2, the message (`str()`) printed on stderr by `main`."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.code = EXIT_USAGE
 
 
 def import_parser() -> argparse.ArgumentParser:
@@ -73,23 +96,48 @@ def import_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog=PROG, usage=argparse.SUPPRESS, description=DESCRIPTION, epilog=EPILOG,
                                      formatter_class=argparse.RawDescriptionHelpFormatter, add_help=False)
     group = parser.add_argument_group("import options")
-    ImportOptions._add_argparse_args(group)
-    RunOptions._add_argparse_args(group)
+    arguments.add_import_arguments(group)
+    arguments.add_run_arguments(group)
+    add_verbosity_arguments(parser.add_argument_group("output"))
     other = parser.add_argument_group("help")
     other.add_argument("-h", "--help", action="store_true", help="Print this help and exit.")
     other.add_argument("--help-beam", action="store_true", help="Print Apache Beam's pipeline options and exit.")
+    other.add_argument("--version", action="store_true", help="Print the version (and Beam's, pyarrow's) and exit.")
     return parser
+
+
+def add_verbosity_arguments(parser) -> None:
+    """-q/--quiet and -v/--verbose (every subcommand takes them; `main` reads them before anything else)."""
+    parser.add_argument("-q", "--quiet", action="store_true",
+                        help="Print only errors and the summary: no progress, no warnings.")
+    parser.add_argument("-v", "--verbose", action="count", default=0,
+                        help="Also print each step's log lines and Beam's warnings; -vv prints every library's "
+                             "debug log too.")
 
 
 def import_help() -> str:
     return import_parser().format_help()
 
 
+def version_text() -> str:
+    """`lerobot-import 0.1.0 (apache-beam 2.77.0, pyarrow 21.0.0, Python 3.11.7)`, read from the installed
+    packages' metadata (no import of Beam)."""
+    def version(name: str) -> str:
+        try:
+            return metadata.version(name)
+        except metadata.PackageNotFoundError:
+            return "not installed"
+    python = ".".join(str(n) for n in sys.version_info[:3])
+    return (f"{PROG} {version('lerobot-beam-import')} (apache-beam {version('apache-beam')}, "
+            f"pyarrow {version('pyarrow')}, Python {python})")
+
+
 def beam_help() -> str:
     """Apache Beam's own pipeline options (every PipelineOptions class but the import's)."""
-    parser = _Parser(prog=f"{PROG} ... [Beam pipeline options]", add_help=False, usage=argparse.SUPPRESS,
-                     description="Apache Beam pipeline options (they follow the import options on the command "
-                                 "line):")
+    from pipelines.options import ImportOptions, RunOptions
+    parser = _parser_class()(prog=f"{PROG} ... [Beam pipeline options]", add_help=False, usage=argparse.SUPPRESS,
+                             description="Apache Beam pipeline options (they follow the import options on the "
+                                         "command line):")
     for cls in _options_classes():
         if cls not in (ImportOptions, RunOptions):
             try:
@@ -100,19 +148,42 @@ def beam_help() -> str:
 
 
 def help_requested(argv: Sequence[str]) -> Optional[str]:
-    """The help text to print when `argv` asks for one (`-h`, `--help`, `--help-beam`), else None."""
+    """The text to print when `argv` asks for one (`-h`, `--help`, `--help-beam`, `--version`), else None."""
     args = [a for a in argv if a != "--"]
     if "--help-beam" in args:
         return beam_help()
     if "-h" in args or "--help" in args:
         return import_help()
+    if "--version" in args:
+        return version_text()
     return None
 
 
+def split_verbosity(argv: Sequence[str]) -> tuple[int, list[str]]:
+    """(-1 quiet | 0 | 1 -v | 2 -vv, the other arguments): -q/-v are the command's, not Beam's.
+
+    Raises:
+        UsageError: both -q and -v.
+    """
+    quiet, verbose, rest = False, 0, []
+    for arg in argv:
+        if arg in ("-q", "--quiet"):
+            quiet = True
+        elif arg in ("-v", "--verbose"):
+            verbose += 1
+        elif re.fullmatch(r"-v{2,}", arg):
+            verbose += len(arg) - 1
+        else:
+            rest.append(arg)
+    if quiet and verbose:
+        raise UsageError(f"{PROG}: error: -q/--quiet and -v/--verbose contradict each other; give one")
+    return (-1 if quiet else min(verbose, 2)), rest
+
+
 def check_arguments(argv: Sequence[str]) -> None:
-    """Refuse (SystemExit, with the closest known option) an argument that neither the import nor any of
+    """Refuse (UsageError, with the closest known option) an argument that neither the import nor any of
     Beam's options classes knows: Beam would drop it with a log line and the run would do something else
-    than asked."""
+    than asked. A bad value of a known option is refused the same way, without Beam's whole usage."""
     parser = _all_options_parser()
     _, unknown = parser.parse_known_args(list(argv))
     problems = []
@@ -134,11 +205,74 @@ def check_arguments(argv: Sequence[str]) -> None:
             problems.append(f"unknown option {arg}")
     if problems:
         text = "; ".join(problems[:5])
-        raise SystemExit(f"{PROG}: error: {text}. See `{PROG} --help`.")
+        raise UsageError(f"{PROG}: error: {text}. See `{PROG} --help`.")
+
+
+def main(argv: Optional[Sequence[str]] = None) -> None:
+    """The `lerobot-import` command: an import, or its `render`, `verify` and `plan` subcommands.
+
+    Unlike `import_lerobot.run` (which the Flex Template launcher also calls, with whatever flags Dataflow
+    adds), the command refuses options that neither the import nor Beam knows instead of ignoring them.
+    Exits with the command's status (`EXIT_STATUS`); a wrong command line prints one line and exits 2."""
+    from pipelines import console
+
+    argv = list(sys.argv[1:] if argv is None else argv)
+    try:
+        verbosity, argv = split_verbosity(argv)
+        sub = argv[0] if argv[:1] in (["render"], ["verify"], ["plan"]) else None
+        if sub is None:
+            text = help_requested(argv)
+            if text is not None:
+                print(text)
+                sys.exit(EXIT_OK)
+        console.configure_logging(verbosity, dataflow=_names_dataflow(argv))
+        if sub == "render":
+            from pipelines import render_recipes
+            sys.exit(render_recipes.run(argv[1:]))
+        if sub == "verify":
+            from pipelines import verify
+            sys.exit(verify.run(argv[1:]))
+        if sub == "plan":
+            from pipelines import plan
+            sys.exit(plan.run(argv[1:]))
+        check_arguments(argv)
+        from pipelines import import_lerobot
+        sys.exit(import_lerobot.run(argv, verbosity=verbosity))
+    except UsageError as ex:
+        print(str(ex), file=sys.stderr)
+        sys.exit(EXIT_USAGE)
+
+
+def _names_dataflow(argv: Sequence[str]) -> bool:
+    """The command line runs on Dataflow (whose own job messages stay as Beam prints them)."""
+    for i, arg in enumerate(argv):
+        value = arg.split("=", 1)[1] if arg.startswith("--runner=") else (
+            argv[i + 1] if arg == "--runner" and i + 1 < len(argv) else None)
+        if value is not None and "dataflow" in value.lower():
+            return True
+    return False
+
+
+def _parser_class() -> type:
+    """Beam's parser (some options classes declare template (value provider) arguments through it), refusing
+    a bad value with one line instead of the usage of every Beam option."""
+    try:
+        from apache_beam.options.pipeline_options import _BeamArgumentParser as base
+    except ImportError:  # pragma: no cover - an older or newer Beam without it
+        base = argparse.ArgumentParser
+
+    class Parser(base):
+        def error(self, message: str):
+            raise UsageError(f"{PROG}: error: {message}. See `{PROG} --help`.")
+
+    return Parser
 
 
 def _options_classes() -> list[type]:
     """Every PipelineOptions class once (the import's included), as Beam itself collects them."""
+    from apache_beam.options.pipeline_options import PipelineOptions
+
+    import pipelines.options  # noqa: F401 - registers ImportOptions and RunOptions
     seen: dict[str, type] = {}
     for cls in PipelineOptions.__subclasses__():
         seen.setdefault(str(cls), cls)
@@ -146,11 +280,11 @@ def _options_classes() -> list[type]:
 
 
 def _all_options_parser() -> argparse.ArgumentParser:
-    parser = _Parser(add_help=False, allow_abbrev=False)
+    parser = _parser_class()(add_help=False, allow_abbrev=False)
     for cls in _options_classes():
         try:
             cls._add_argparse_args(parser)
         except argparse.ArgumentError:
             continue  # a class registered twice (a re-imported module): its options are known already
-    parser.add_argument("-h", "--help", "--help-beam", action="store_true")
+    parser.add_argument("-h", "--help", "--help-beam", "--version", action="store_true")
     return parser

@@ -18,31 +18,34 @@ import os
 import sys
 import time
 import uuid
-from typing import Optional, Sequence
-
-import apache_beam as beam
-from apache_beam.metrics.metric import MetricsFilter
-from apache_beam.options.pipeline_options import PipelineOptions
+from typing import TYPE_CHECKING, Optional, Sequence
 
 from pipelines import cli
-from pipelines.targets import resolve_targets
-from pipelines.options import ImportOptions, RunOptions
-from transforms import lease, storage
-from transforms.episode import output as sink
-from transforms.import_dataset import NAMESPACE, ImportLeRobotDatasets
-from transforms.errors import LeRobotImportError
-from transforms.messages import ImportConfig
+
+if TYPE_CHECKING:  # imported where used: `--help` and `--version` load neither Beam nor pyarrow
+    import apache_beam as beam
+    from apache_beam.options.pipeline_options import PipelineOptions
+
+    from pipelines.options import ImportOptions
+    from transforms import lease
+    from transforms.messages import ImportConfig
 
 _LOG = logging.getLogger("lerobot_import")
 
 
 def config_from_options(options: ImportOptions, *, run_id: str = "", started_at: str = "") -> ImportConfig:
     """The run's ImportConfig: dataset roots resolved (lists and globs expanded) and their outputs."""
+    from pipelines.targets import resolve_targets
+    from transforms.errors import LeRobotImportError
+    from transforms.messages import ImportConfig
+
     if not options.output:
-        raise SystemExit("error: --output is required (see --help)")
+        raise cli.UsageError("error: --output is required (see --help)")
     try:
         targets = resolve_targets(options.dataset or [], options.datasets, options.output)
     except LeRobotImportError as ex:
+        if ex.rule == "url":  # a URL no filesystem reads: the command line is wrong
+            raise cli.UsageError(f"error: {ex}") from None
         raise SystemExit(f"error: {ex}") from None
     return ImportConfig(targets=targets, read_in_parts=options.read_in_parts,
                         data_span_limit=options.data_span_limit, inline_index=options.inline_index,
@@ -52,6 +55,9 @@ def config_from_options(options: ImportOptions, *, run_id: str = "", started_at:
 
 def build_pipeline(options: PipelineOptions, config: ImportConfig, started_at: Optional[str] = None) -> beam.Pipeline:
     """The import pipeline, not yet run (a Flex Template launcher runs it and returns)."""
+    import apache_beam as beam
+
+    from transforms.import_dataset import ImportLeRobotDatasets
     if started_at is not None and not config.started_at:
         config = dataclasses.replace(config, started_at=started_at)
     p = beam.Pipeline(options=options)
@@ -61,7 +67,7 @@ def build_pipeline(options: PipelineOptions, config: ImportConfig, started_at: O
     return p
 
 
-def run(argv: Optional[Sequence[str]] = None, *, wait: bool = True) -> int:
+def run(argv: Optional[Sequence[str]] = None, *, wait: bool = True, verbosity: int = 0) -> int:
     """Parse options, build and run the pipeline, print the summary; returns the exit status.
 
     Two runs must never import into one output at once, so a waiting run first takes a lease on each
@@ -74,12 +80,19 @@ def run(argv: Optional[Sequence[str]] = None, *, wait: bool = True) -> int:
 
     With `wait=False` (the Flex Template launcher: it submits the job and returns before the job ends)
     no lease is taken: a lease released when the launcher returns would guard nothing.
+
+    `verbosity` (-1 for -q) says whether a local run shows its progress (`pipelines.progress`).
     """
     argv = list(sys.argv[1:] if argv is None else argv)
     text = cli.help_requested(argv)
     if text is not None:
         print(text)
         return 0
+    from apache_beam.options.pipeline_options import PipelineOptions
+
+    from pipelines.options import ImportOptions, RunOptions
+    from transforms.episode import output as sink
+
     options = PipelineOptions(argv)
     import_options = options.view_as(ImportOptions)
     config = config_from_options(import_options, run_id=uuid.uuid4().hex, started_at=sink.now_iso())
@@ -117,6 +130,8 @@ def take_leases(config: ImportConfig, stack: contextlib.ExitStack,
         of `config.targets`, and one
         "skipped" line per output another run holds.
     """
+    from transforms import lease
+
     deadline = time.monotonic() + max(wait_seconds, 0.0)
     # A scheduler may name its task in LEROBOT_IMPORT_JOB; whoever finds the lease held then sees it.
     keepers: dict[tuple[str, str], Optional[lease.LeaseKeeper]] = {}
@@ -146,6 +161,10 @@ def _iso(ts: float) -> str:
 
 def summarize(result, config: ImportConfig) -> int:
     """Print each dataset's outcome and the run's counters; 1 when any dataset failed."""
+    from apache_beam.metrics.metric import MetricsFilter
+
+    from transforms import storage
+    from transforms.import_dataset import NAMESPACE
     counters: dict[str, int] = {}
     for c in result.metrics().query(MetricsFilter().with_namespace(NAMESPACE))["counters"]:
         # one counter per step that counts it (hub_retries in any step that reads): the run's total is the sum
@@ -193,26 +212,8 @@ def _count(n: int, noun: str) -> str:
 
 
 def main(argv: Optional[Sequence[str]] = None) -> None:
-    """The `lerobot-import` command: an import, or `lerobot-import render ...` (recipe rendering).
-
-    Unlike `run` (which the Flex Template launcher also calls, with whatever flags Dataflow adds), the
-    command refuses options that neither the import nor Beam knows instead of ignoring them."""
-    argv = list(sys.argv[1:] if argv is None else argv)
-    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
-    for noisy in ("apache_beam", "fsspec", "gcsfs", "urllib3", "google"):
-        logging.getLogger(noisy).setLevel(logging.WARNING)
-    if argv[:1] == ["render"]:
-        from pipelines import render_recipes
-        sys.exit(render_recipes.run(argv[1:]))
-    if argv[:1] == ["verify"]:
-        from pipelines import verify
-        sys.exit(verify.run(argv[1:]))
-    if argv[:1] == ["plan"]:
-        from pipelines import plan
-        sys.exit(plan.run(argv[1:]))
-    if cli.help_requested(argv) is None:
-        cli.check_arguments(argv)
-    sys.exit(run(argv))
+    """The `lerobot-import` command (`pipelines.cli.main`: an import, or its render, verify and plan)."""
+    cli.main(argv)
 
 
 if __name__ == "__main__":

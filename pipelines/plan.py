@@ -225,31 +225,40 @@ def targets(dataset: Sequence[str], datasets: Optional[str], output: str) -> lis
     return list(resolve_targets(dataset, datasets, output))
 
 
+EXIT_STATUS = """\
+exit status:
+  0  every dataset can be imported (the plan is printed)
+  1  a dataset cannot be imported (the plan says why)
+  2  the command line is wrong
+"""
+
+
 def _parser() -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(prog="lerobot-import plan", description="Show what an import run would do, "
-                                 "without writing anything.")
-    ap.add_argument("--dataset", action="append", default=[], help="dataset root (repeatable)")
-    ap.add_argument("--datasets", default=None, help="bulk: comma-separated roots or globs, or @FILE")
-    ap.add_argument("--output", required=True, help="output root")
-    ap.add_argument("--force", action="store_true", help="plan a run that redoes every episodes file")
-    ap.add_argument("--read-in-parts", "--read_in_parts", dest="read_in_parts", action="store_true")
-    ap.add_argument("--data-span-limit", "--data_span_limit", dest="data_span_limit", type=int,
-                    default=DATA_SPAN_LIMIT)
-    ap.add_argument("--inline-index", "--inline_index", dest="inline_index", action="store_true")
-    ap.add_argument("--skip-videos", "--skip_videos", dest="skip_videos", action="store_true")
-    ap.add_argument("--json", action="store_true", help="print the plan as JSON")
-    ap.add_argument("--list", action="store_true", help="list every episodes file, unchanged ones included")
+    """The import's own options (the same declarations, so the same meanings and defaults), and --json, --list."""
+    from pipelines.arguments import add_import_arguments
+    from pipelines.cli import add_verbosity_arguments
+
+    ap = argparse.ArgumentParser(prog="lerobot-import plan", description="Show what an import run with the same "
+                                 "options would do, without writing anything. Beam options are accepted and "
+                                 "ignored.", epilog=EXIT_STATUS, formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_import_arguments(ap)
+    ap.add_argument("--json", action="store_true", help="Print the plan as JSON.")
+    ap.add_argument("--list", action="store_true", help="List every episodes file, unchanged ones included.")
+    add_verbosity_arguments(ap)
     return ap
 
 
 def run(argv: Optional[Sequence[str]] = None) -> int:
     """Plan every dataset of the command line and print the plans; 1 when a dataset cannot be imported."""
-    args, _beam_options = _parser().parse_known_args(argv)
+    ap = _parser()
+    args, _beam_options = ap.parse_known_args(argv)
+    if not args.output:
+        ap.error("the following arguments are required: --output")
     settings = PlanSettings(read_in_parts=args.read_in_parts, data_span_limit=args.data_span_limit,
                             inline_index=args.inline_index, skip_videos=args.skip_videos, force=args.force)
     options = output_options(settings)
     plans = [plan_dataset(root, out, options, force=settings.force)
-             for root, out in targets(args.dataset, args.datasets, args.output)]
+             for root, out in targets(args.dataset or [], args.datasets, args.output)]
     if args.json:
         print(json.dumps([p.to_json() for p in plans], indent=2, sort_keys=True))
     else:
@@ -293,7 +302,8 @@ def _size(n: int) -> str:
 
 
 def main() -> None:
-    sys.exit(run())
+    from pipelines import cli
+    cli.main(["plan", *sys.argv[1:]])
 
 
 if __name__ == "__main__":

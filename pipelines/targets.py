@@ -9,7 +9,11 @@ the run reads everything at that commit and its outputs name it, however the bra
 from __future__ import annotations
 
 import logging
+import os
+import re
 from typing import Optional, Sequence
+
+from pipelines.cli import UsageError
 
 from transforms import hub, storage
 from transforms.episode import paths
@@ -19,14 +23,20 @@ _LOG = logging.getLogger(__name__)
 
 
 def resolve_targets(dataset: Sequence[str], datasets: Optional[str], output: str) -> tuple[tuple[str, str], ...]:
-    """(dataset root, output root) pairs for `--dataset` roots and a `--datasets` spec; SystemExit if unusable."""
+    """(dataset root, output root) pairs for `--dataset` roots and a `--datasets` spec.
+
+    Raises:
+        UsageError (exit status 2): no dataset given, two datasets importing into one folder, an output
+            inside its dataset, a Hub repo id given as a path.
+        SystemExit: a `--datasets` pattern matching nothing.
+    """
     pins: dict[str, str] = {}
     several = bool(datasets) or len(dataset) > 1
     roots = [_root(d, pins, tolerate=several) for d in dataset]
     bulk = resolve_datasets(datasets, pins) if datasets else []
     out = storage.normalize_root(output)
     if not roots and not bulk:
-        raise SystemExit("error: give --dataset ROOT (repeatable) or --datasets ROOTS|GLOB|@FILE (see --help)")
+        raise UsageError("error: give --dataset ROOT (repeatable) or --datasets ROOTS|GLOB|@FILE (see --help)")
     roots = list(dict.fromkeys(roots + bulk))
     if len(roots) == 1 and not bulk:
         targets = ((roots[0], out),)
@@ -35,14 +45,14 @@ def resolve_targets(dataset: Sequence[str], datasets: Optional[str], output: str
         for root in roots:
             name = dataset_name(root)
             if name in names:
-                raise SystemExit(f"error: datasets {names[name]} and {root} would both import into "
+                raise UsageError(f"error: datasets {names[name]} and {root} would both import into "
                                  f"{storage.join(out, name)}; import them in separate runs")
             names[name] = root
         targets = tuple((r, storage.join(out, dataset_name(r))) for r in roots)
     for root, target in targets:
         problem = paths.placement_problem(root, target)
         if problem:
-            raise SystemExit(f"error: {problem}")
+            raise UsageError(f"error: {problem}")
     return targets
 
 
@@ -75,7 +85,7 @@ def resolve_datasets(spec: str, pins: Optional[dict[str, str]] = None) -> list[s
                 raise SystemExit(f"error: --datasets pattern {item!r} matches no folder")
             roots += matches
         else:
-            roots.append(storage.normalize_root(item))
+            roots.append(_local_or_url(item))
     return roots
 
 
@@ -91,7 +101,7 @@ def _root(item: str, pins: dict[str, str], *, tolerate: bool = False) -> str:
             errors.jsonl. A run over one dataset stops at once with the clear error instead.
     """
     if not hub.is_hub(item):
-        return storage.normalize_root(item)
+        return _local_or_url(item)
     key = item.rstrip("/")
     if key not in pins:
         try:
@@ -102,6 +112,26 @@ def _root(item: str, pins: dict[str, str], *, tolerate: bool = False) -> str:
             _LOG.warning("%s cannot be imported (%s); the other datasets go on", key, ex)
             pins[key] = key
     return storage.normalize_root(pins[key])
+
+
+#: OWNER/NAME as the Hub spells a dataset's id (what a LeRobot user types, e.g. lerobot/svla_so101_pickplace).
+_REPO_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*$")
+
+
+def hub_id_hint(item: str) -> Optional[str]:
+    """The message for a root that is a Hub repo id (OWNER/NAME) where no such local folder exists, else None."""
+    if "://" in item or not _REPO_ID.match(item.rstrip("/")) or os.path.exists(item):
+        return None
+    repo = item.rstrip("/")
+    return (f"error: there is no folder {repo!r} here; did you mean hf://datasets/{repo} (the Hugging Face Hub "
+            f"dataset {repo})? Give Hub datasets as hf://datasets/OWNER/NAME[@REVISION].")
+
+
+def _local_or_url(item: str) -> str:
+    hint = hub_id_hint(item)
+    if hint:
+        raise UsageError(hint)
+    return storage.normalize_root(item)
 
 
 def dataset_name(root: str) -> str:

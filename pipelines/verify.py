@@ -308,12 +308,24 @@ def stale_episodes_files(manifest: dict) -> list[Problem]:
 # Command line
 # ------------------------------------------------------------------------------------------------
 
+EXIT_STATUS = """\
+exit status:
+  0  every check holds
+  1  a check failed (one line per problem, naming its file)
+  2  the command line is wrong
+"""
+
+
 def run(argv: Optional[Sequence[str]] = None) -> int:
     """Verify the outputs of the command line, print the reports; 0 when every check holds, else 1."""
-    ap = argparse.ArgumentParser(prog="lerobot-import verify", description="Check an import against its manifest.")
-    ap.add_argument("output", help="an import's output root, or a bulk output root (OUT/<name>/...)")
-    ap.add_argument("--sources", action="store_true", help="also report episodes files stale against the dataset")
-    ap.add_argument("--json", action="store_true", help="print the reports as JSON")
+    from pipelines.cli import add_verbosity_arguments
+
+    ap = argparse.ArgumentParser(prog="lerobot-import verify", description="Check an import against its manifest.",
+                                 epilog=EXIT_STATUS, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("output", help="An import's output root, or a bulk output root (OUT/<name>/...).")
+    ap.add_argument("--sources", action="store_true", help="Also report episodes files stale against the dataset.")
+    ap.add_argument("--json", action="store_true", help="Print the reports as JSON.")
+    add_verbosity_arguments(ap)
     args = ap.parse_args(argv)
     reports = verify(args.output, check_sources=args.sources)
     if args.json:
@@ -336,7 +348,8 @@ def _report_json(report: VerifyReport) -> dict[str, Any]:
 
 
 def main() -> None:
-    sys.exit(run())
+    from pipelines import cli
+    cli.main(["verify", *sys.argv[1:]])
 
 
 if __name__ == "__main__":

@@ -3,20 +3,42 @@ names no filesystem, and a summary whose numbers are the manifest's."""
 
 from __future__ import annotations
 
+import argparse
+import logging
+import os
 import re
 import shutil
 import subprocess
 import sys
 from pathlib import Path
+from typing import Optional
 
 import pytest
 
-from tests.helpers import REPO, SAMPLE, lerobot_dataset, read_errors, read_manifest, run_import
+from tests.helpers import REPO, SAMPLE, lerobot_dataset, read_errors, read_manifest, run_import, run_python
 from pipelines import import_lerobot
 from pipelines.cli import import_parser
 
 IMPORT_OPTIONS = ("--dataset", "--datasets", "--output", "--force", "--read-in-parts", "--data-span-limit",
                   "--inline-index", "--skip-videos")
+
+
+@pytest.fixture(autouse=True)
+def _logging_as_it_was():
+    """`main` sets up the process's logging (levels by verbosity, a handler): undo it after each test, so the
+    tests after these see logging as pytest set it up."""
+    from pipelines import console
+    names = [""] + [n for n in console.levels(2)] + [console.TYPE_HINTS, console.DATAFLOW, "py.warnings"]
+    levels = {n: logging.getLogger(n or None).level for n in names}
+    handlers = list(logging.getLogger().handlers)
+    yield
+    for n, level in levels.items():
+        logging.getLogger(n or None).setLevel(level)
+    root = logging.getLogger()
+    for h in list(root.handlers):
+        if h not in handlers:
+            root.removeHandler(h)
+    logging.captureWarnings(False)
 
 
 def _help_text(capsys, *argv: str) -> str:
@@ -74,19 +96,139 @@ def test_help_from_the_shell(command):
     assert "examples:" in proc.stdout
 
 
-def test_misspelt_option_is_refused_with_the_right_one(tmp_path):
+def _usage_error(capsys, argv) -> str:
+    """`lerobot-import ARGV` exits 2 with one line on stderr (returned) and nothing on stdout."""
     with pytest.raises(SystemExit) as raised:
-        import_lerobot.main(["--dataset", str(SAMPLE), "--output", str(tmp_path / "out"), "--skip_video"])
-    message = str(raised.value)
+        import_lerobot.main(argv)
+    assert raised.value.code == 2, raised.value.code
+    out, err = capsys.readouterr()
+    assert out == ""
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert len(lines) == 1 or lines[0].startswith("usage:"), err
+    return lines[-1]
+
+
+def test_misspelt_option_is_refused_with_the_right_one(tmp_path, capsys):
+    message = _usage_error(capsys, ["--dataset", str(SAMPLE), "--output", str(tmp_path / "out"), "--skip_video"])
     assert "unknown option --skip_video (did you mean --skip_videos?)" in message
     assert "lerobot-import --help" in message
     assert not (tmp_path / "out").exists()
 
 
-def test_positional_arguments_are_refused(tmp_path):
-    with pytest.raises(SystemExit) as raised:
-        import_lerobot.main([str(SAMPLE), str(tmp_path / "out")])
-    assert f"unexpected argument {str(SAMPLE)!r} (options take the form --name VALUE)" in str(raised.value)
+def test_positional_arguments_are_refused(tmp_path, capsys):
+    message = _usage_error(capsys, [str(SAMPLE), str(tmp_path / "out")])
+    assert f"unexpected argument {str(SAMPLE)!r} (options take the form --name VALUE)" in message
+
+
+@pytest.mark.parametrize("argv, words", [
+    (["--dataset", "d", "--output", "o", "--data-span-limit", "many"],
+     "argument --data_span_limit/--data-span-limit: invalid int value: 'many'"),
+    (["--dataset", str(SAMPLE)], "--output is required"),
+    (["--output", "o"], "give --dataset ROOT (repeatable) or --datasets"),
+    (["--dataset", str(SAMPLE), "--output", str(SAMPLE / "out")], "inside"),
+    (["--dataset", "hdfz://cluster/x", "--output", "o"], "[url]"),
+    (["-q", "-v", "--dataset", "d", "--output", "o"], "-q/--quiet and -v/--verbose contradict each other"),
+    (["plan", "--dataset", "d"], "the following arguments are required: --output"),
+    (["plan", "--output", "o", "--data-span-limit", "many"], "invalid int value: 'many'"),
+    (["verify"], "the following arguments are required: output"),
+    (["verify", "o", "--bogus"], "unrecognized arguments: --bogus"),
+    (["render", "--input", "i", "--output", "o"], "the following arguments are required: --recipe"),
+])
+def test_usage_errors_exit_2_everywhere(capsys, argv, words):
+    assert words in _usage_error(capsys, argv)
+
+
+def test_a_hub_repo_id_given_as_a_path_gets_the_hf_url(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    message = _usage_error(capsys, ["--dataset", "lerobot/svla_so101_pickplace", "--output", "out"])
+    assert message == ("error: there is no folder 'lerobot/svla_so101_pickplace' here; did you mean "
+                       "hf://datasets/lerobot/svla_so101_pickplace (the Hugging Face Hub dataset "
+                       "lerobot/svla_so101_pickplace)? Give Hub datasets as hf://datasets/OWNER/NAME[@REVISION].")
+    assert "hf://datasets/lerobot/svla_so101_pickplace" in _usage_error(
+        capsys, ["plan", "--datasets", "lerobot/svla_so101_pickplace", "--output", "out"])
+    assert not (tmp_path / "out").exists()
+    # a local folder of that name is what it names: no hint
+    from pipelines.targets import hub_id_hint
+    (tmp_path / "lerobot" / "svla_so101_pickplace").mkdir(parents=True)
+    assert hub_id_hint("lerobot/svla_so101_pickplace") is None
+    assert hub_id_hint("gs://lerobot/svla") is None and hub_id_hint("a/b/c") is None
+
+
+def test_version_and_help_answer_without_beam_or_pyarrow():
+    """`--help` and `--version` import neither Beam nor pyarrow (together seconds): the console script's
+    module, then the command, in a fresh interpreter."""
+    lines = run_python(
+        "import sys, io, contextlib\n"
+        "from pipelines.import_lerobot import main\n"
+        "for argv in (['--version'], ['--help'], None, ['plan', '--help'], ['verify', '--help']):\n"
+        "    if argv is None:\n"
+        "        print('beam', 'apache_beam' in sys.modules, 'pyarrow', 'pyarrow' in sys.modules)\n"
+        "        continue\n"
+        "    buf = io.StringIO()\n"
+        "    with contextlib.redirect_stdout(buf):\n"
+        "        try:\n"
+        "            main(argv)\n"
+        "        except SystemExit as ex:\n"
+        "            code = ex.code\n"
+        "    print(argv, code, buf.getvalue().splitlines()[0])\n"
+        "print('beam', 'apache_beam' in sys.modules)\n")
+    from importlib import metadata
+    assert lines[0] == (f"['--version'] 0 lerobot-import {metadata.version('lerobot-beam-import')} (apache-beam "
+                        f"{metadata.version('apache-beam')}, pyarrow {metadata.version('pyarrow')}, Python "
+                        f"{'.'.join(map(str, sys.version_info[:3]))})")
+    assert lines[1].startswith("['--help'] 0 Import LeRobot v3 datasets")
+    assert lines[2] == "beam False pyarrow False"
+    assert lines[3].startswith("['plan', '--help'] 0 usage: lerobot-import plan")
+    assert lines[4].startswith("['verify', '--help'] 0 usage: lerobot-import verify")
+    assert lines[5] == "beam False"  # plan and verify need no Beam either
+
+
+def _described(parser) -> list[str]:
+    return [a.dest for a in parser._actions if not (a.help or "").strip() or a.help == argparse.SUPPRESS]
+
+
+def test_every_option_of_every_subcommand_is_described():
+    from pipelines import plan, verify
+    from pipelines.render_recipes import render_parser
+    assert _described(import_parser()) == []
+    assert _described(plan._parser()) == []
+    assert _described(render_parser()) == []
+    # verify builds its parser inside run: its help text has a sentence for each option and the positional
+    import io
+    import contextlib
+    buf = io.StringIO()
+    with contextlib.redirect_stdout(buf), pytest.raises(SystemExit):
+        verify.run(["--help"])
+    text = " ".join(buf.getvalue().split())
+    for words in ("An import's output root", "Also report episodes files stale", "Print the reports as JSON",
+                  "Print only errors and the summary"):
+        assert words in text
+
+
+def _statuses(block: str) -> dict[str, str]:
+    """An `exit status:` block of a --help as {status: its meaning on one line}."""
+    out: dict[str, str] = {}
+    code = None
+    for line in block.splitlines()[1:]:
+        head, _, rest = line.strip().partition("  ")
+        if head.isdigit():
+            code, out[head] = head, rest.strip()
+        elif code is not None:
+            out[code] += " " + line.strip()
+    return out
+
+
+def test_exit_statuses_are_documented_in_help_and_readme(capsys):
+    """Each command's --help ends with its exit statuses, and the README's table holds the same words, row by
+    row (the import, plan and verify columns)."""
+    from pipelines import cli, plan, verify
+    assert cli.EXIT_STATUS in _help_text(capsys, "--help")
+    readme = (REPO / "README.md").read_text()
+    rows = {line.split("|")[1].strip(): line for line in readme.splitlines() if re.match(r"^\| [0-9]+ \|", line)}
+    for block in (cli.EXIT_STATUS, plan.EXIT_STATUS, verify.EXIT_STATUS):
+        for code, meaning in _statuses(block).items():
+            assert f"| {meaning} |" in rows.get(code, ""), (code, meaning)
+    assert set(_statuses(cli.EXIT_STATUS)) == {"0", "1", "2"}
 
 
 def test_beam_options_pass_the_check(tmp_path):
@@ -131,3 +273,79 @@ def test_summary_numbers_are_the_manifests(tmp_path, capsys):
     assert (totals["episodes_files_imported"], totals["episodes_files"]) == (4, 5)
     metrics = dict(item.split("=") for item in next(x for x in printed if x.startswith("metrics: "))[9:].split(", "))
     assert int(metrics["errors"]) == totals["errors"], metrics
+
+def _cli(*argv: str, env: Optional[dict] = None) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "pipelines.import_lerobot", *argv], cwd=REPO, capture_output=True,
+                          text=True, timeout=300, env=dict(os.environ, PYTHONPATH=str(REPO), **(env or {})))
+
+
+def test_a_run_prints_nothing_a_user_cannot_act_on(tmp_path):
+    """By default: the summary on stdout; on stderr only the project's own lines (here, the episodes file
+    imported), not Beam's warning about a DoFn or its type-hint notes. -q: the summary alone."""
+    proc = _cli("--dataset", str(SAMPLE), "--output", str(tmp_path / "a"), "--runner", "FnApiRunner")
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stderr.splitlines() == [f"INFO transforms.write_outputs: episodes file "
+                                        f"meta/episodes/chunk-000/file-000.parquet of file://{SAMPLE} imported: "
+                                        f"4 episodes, 46 frames, 1 parts"], proc.stderr
+    assert proc.stdout.startswith(f"file://{SAMPLE}: imported - 4/4 episodes")
+    quiet = _cli("-q", "--dataset", str(SAMPLE), "--output", str(tmp_path / "b"), "--runner", "FnApiRunner")
+    assert quiet.returncode == 0 and quiet.stderr == "", quiet.stderr
+    assert quiet.stdout.splitlines()[0] == f"file://{SAMPLE}: imported - 4/4 episodes, 46 frames, 1/1 episodes " \
+                                           f"files, 0 errors -> file://{tmp_path / 'b'}"
+
+
+def test_verbosity_levels():
+    from pipelines import console
+    default, verbose, quiet = console.levels(0), console.levels(1), console.levels(-1)
+    assert default["transforms"] == logging.INFO and default["apache_beam"] == logging.ERROR
+    assert default["httpx"] == logging.ERROR and default["huggingface_hub"] == logging.ERROR
+    assert default[console.TYPE_HINTS] == logging.ERROR and console.DATAFLOW not in default
+    assert console.levels(0, dataflow=True)[console.DATAFLOW] == logging.INFO  # the job's URL and state
+    assert verbose["apache_beam"] == logging.WARNING and verbose["transforms"] == logging.DEBUG
+    assert set(quiet.values()) == {logging.ERROR}
+    assert console.levels(2)["apache_beam"] == logging.DEBUG
+
+
+def test_hub_offline_mode_says_so_at_once():
+    """HF_HUB_OFFLINE=1: one line naming it, rule hub_unreachable, no retry (it used to retry 5 times, ~17 s)."""
+    code = ("from transforms import hub\n"
+            "from transforms.errors import LeRobotImportError\n"
+            "try:\n"
+            "    hub.pin('hf://datasets/lerobot/svla_so101_pickplace')\n"
+            "except LeRobotImportError as ex:\n"
+            "    print(ex.rule, hub.retry_count())\n"
+            "    print(ex)\n")
+    proc = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=120,
+                          env=dict(os.environ, PYTHONPATH=str(REPO), HF_HUB_OFFLINE="1"))
+    lines = proc.stdout.splitlines()
+    assert lines[0] == "hub_unreachable 0"  # no retry
+    assert lines[1] == ("[hub_unreachable] cannot reach the Hub for the dataset lerobot/svla_so101_pickplace: "
+                        "huggingface_hub is in offline mode (HF_HUB_OFFLINE is set), so hf:// datasets cannot be "
+                        "read: unset HF_HUB_OFFLINE, or import a local copy of the dataset")
+
+
+def test_a_host_name_that_does_not_resolve_is_not_retried():
+    import socket
+    httpx = pytest.importorskip("httpx")
+    from transforms import hub
+    try:
+        try:
+            raise socket.gaierror(-2, "Name or service not known")
+        except socket.gaierror as cause:
+            raise httpx.ConnectError("[Errno -2] Name or service not known") from cause
+    except httpx.ConnectError as ex:
+        error = ex
+    assert not hub.is_transient(error)
+    assert hub.is_transient(httpx.ConnectError("[Errno 111] Connection refused"))  # still retried
+    calls = []
+
+    def request():
+        calls.append(1)
+        raise error
+    with pytest.raises(httpx.ConnectError):
+        hub.retrying(request, what="the revision lookup", repo="lerobot/x")
+    assert len(calls) == 1
+    message = str(hub.hub_error(error, hub.parse("hf://datasets/lerobot/x")))
+    assert message.startswith("[hub_unreachable] cannot reach the Hub for the dataset lerobot/x: the Hub's host "
+                              "name does not resolve (")
+    assert "this machine has no network or no DNS; check the connection (or HF_ENDPOINT) and import again" in message

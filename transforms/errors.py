@@ -81,6 +81,8 @@ RULES: dict[str, str] = {
     "limit": "a file or a value passes a limit that bounds the import's memory and time (named in the message)",
     "hub_access": "a Hugging Face Hub dataset does not exist, or is private or gated and the token cannot read it",
     "hub_revision": "a Hugging Face Hub dataset has no such branch, tag or commit",
+    "hub_unreachable": "the Hugging Face Hub cannot be reached: offline mode (HF_HUB_OFFLINE) or a host name that "
+                       "does not resolve",
 }
 
 

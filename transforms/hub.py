@@ -18,7 +18,9 @@ costs a fraction of downloading the repository first. This module is the ground 
   token (it travels in a header that nothing here prints; `redact` is applied to every message made
   from a library's exception all the same).
 * A missing repo, a gated repo without access and an unknown revision are `LeRobotImportError`s
-  (rules `hub_access`, `hub_revision`) naming the repo and the next step.
+  (rules `hub_access`, `hub_revision`) naming the repo and the next step. A Hub that cannot be reached
+  at all (offline mode, a host name that does not resolve) is `hub_unreachable` at the first request:
+  no retry can help it.
 
 The token comes from where huggingface_hub looks (HF_TOKEN, the `hf auth login` cache). huggingface_hub
 is an optional dependency (the `[hub]` extra); without it an `hf://` URL is a clear error naming it.
@@ -33,6 +35,7 @@ import functools
 import logging
 import random
 import re
+import socket
 import threading
 import time
 from typing import Any, Callable, Optional, TypeVar
@@ -239,8 +242,43 @@ def _status(ex: BaseException) -> Optional[int]:
     return status if isinstance(status, int) else None
 
 
+#: How a resolver says a host name does not resolve, as the HTTP client's message quotes it (Linux, macOS,
+#: Windows), when the socket.gaierror itself is not in the exception's chain.
+_NO_SUCH_HOST = re.compile(r"Name or service not known|nodename nor servname|Temporary failure in name resolution|"
+                           r"getaddrinfo failed|No address associated with hostname|\[Errno -[235]\]")
+
+
+def unreachable(ex: BaseException) -> Optional[str]:
+    """Why the Hub cannot be reached at all (offline mode, the endpoint's host name does not resolve), with
+    the next step; None for any other error. No retry helps these, so none is made."""
+    seen, todo = set(), [ex]
+    while todo:
+        e = todo.pop()
+        if e is None or id(e) in seen:
+            continue
+        seen.add(id(e))
+        if type(e).__name__ == "OfflineModeIsEnabled":
+            return ("huggingface_hub is in offline mode (HF_HUB_OFFLINE is set), so hf:// datasets cannot be "
+                    "read: unset HF_HUB_OFFLINE, or import a local copy of the dataset")
+        if isinstance(e, socket.gaierror) or _NO_SUCH_HOST.search(str(e)):
+            return (f"the Hub's host name does not resolve ({_endpoint()}): this machine has no network or no "
+                    "DNS; check the connection (or HF_ENDPOINT) and import again")
+        todo += [e.__cause__, e.__context__]
+    return None
+
+
+def _endpoint() -> str:
+    try:
+        from huggingface_hub import constants
+        return constants.ENDPOINT
+    except ImportError:  # pragma: no cover - hub errors need huggingface_hub
+        return "https://huggingface.co"
+
+
 def is_transient(ex: BaseException) -> bool:
     """A rate limit, a server error, a timeout or a dropped connection: worth another try."""
+    if unreachable(ex):
+        return False
     if _status(ex) in RETRY_STATUSES:
         return True
     return any(c.__name__ in _TRANSIENT_NAMES for c in type(ex).__mro__)
@@ -382,6 +420,9 @@ def hub_error(ex: BaseException, ref: HubPath, *, file: Optional[str] = None) ->
     repo, page = ref.repo_id, ref.web_url
     at = f" at revision {quote(ref.revision)}" if ref.revision else ""
     status = _status(ex)
+    why = unreachable(ex)
+    if why:
+        return error("hub_unreachable", f"cannot reach the Hub for the dataset {repo}{at}: {why}")
     if isinstance(ex, errors.GatedRepoError):
         return error("hub_access", f"the Hub dataset {repo} is gated and the token in use has not been granted "
                      f"access: accept its conditions at {page} with your account, then give that account's token "

@@ -160,7 +160,9 @@ class _ReadMp4File(beam.DoFn):
         (root, rel), values = element
         uses = [v for v in values if isinstance(v, ClipUse)]
         if not uses:
-            return  # an MP4 only unchanged episodes files use: nothing to tell
+            # An MP4 only unchanged episodes files use: nothing to tell. (A bare `return` alone on its line:
+            # Beam reads a `return` followed by anything as a generator returning a value, and warns.)
+            return
         known = next((v for v in values if isinstance(v, Mp4Version)), Mp4Version(""))
         first_episode: dict[tuple, int] = {}
         for use in uses:

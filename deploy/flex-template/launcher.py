@@ -12,10 +12,10 @@ they are argparse store_true flags (no value), so they are rewritten here to `--
 from __future__ import annotations
 
 import argparse
-import logging
 import sys
 from typing import Optional, Sequence
 
+from pipelines.console import configure_logging
 from pipelines.import_lerobot import run
 from pipelines.options import ImportOptions
 
@@ -46,7 +46,9 @@ def template_argv(argv: Sequence[str]) -> list[str]:
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
-    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+    # The launcher's log is what the template's launch shows: the job's own messages, not Beam's type-hint
+    # notes (one per DoFn) or per-request HTTP lines.
+    configure_logging(0, dataflow=True)
     return run(template_argv(sys.argv[1:] if argv is None else argv), wait=False)
 
 

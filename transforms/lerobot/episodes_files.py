@@ -18,9 +18,7 @@ import pyarrow.parquet as pq
 
 from transforms.lerobot.info import DatasetInfo
 from transforms.errors import LeRobotImportError, quote, shorten
-
-#: The 64 MiB rule: an episodes file may span at most this many bytes of data files.
-DATA_SPAN_LIMIT = 64 * 1024 * 1024
+from transforms.lerobot.span import DATA_SPAN_LIMIT  # noqa: F401 - the rule's limit, exported here as before
 #: Rows (episodes) per episodes file. LeRobot starts a new episodes file at about 100 MB, and a row with
 #: its per-feature statistics takes kilobytes, so real files hold thousands to tens of thousands.
 MAX_EPISODES_ROWS = 100_000

@@ -1,0 +1,57 @@
+"""The import's own command-line options, declared once and Beam-free.
+
+`ImportOptions` and `RunOptions` (the PipelineOptions the pipeline carries) add exactly these, and so do
+`--help` and `lerobot-import plan`; declaring them here, away from Beam, is what lets `--help` and
+`--version` answer without importing Beam (seconds otherwise).
+"""
+
+from __future__ import annotations
+
+from transforms.lerobot.span import DATA_SPAN_LIMIT
+
+
+def add_import_arguments(parser) -> None:
+    """The options that say what an import reads and writes (`ImportOptions`)."""
+    parser.add_argument("--dataset", action="append", default=None, metavar="ROOT",
+                        help="Root of a LeRobot v3 dataset (the folder holding meta/info.json): a local path "
+                             "or a URL (gs://, s3://, memory://), or a Hugging Face Hub dataset "
+                             "hf://datasets/OWNER/NAME[@REVISION], read in place at the commit REVISION names "
+                             "at the start (needs the [hub] extra; token from HF_TOKEN or `hf auth login`). "
+                             "Repeat it to import several datasets, each into OUT/<dataset name>/.")
+    parser.add_argument("--datasets", default=None, metavar="SPEC",
+                        help="Bulk import: comma-separated roots or glob patterns (gs://bucket/datasets/*, "
+                             "hf://datasets/OWNER/* for an owner's Hub datasets), "
+                             "or @FILE listing one root or pattern per line. Each dataset imports into "
+                             "OUT/<dataset name>/; one failing never stops the others.")
+    parser.add_argument("--output", required=False, default=None, metavar="OUT",
+                        help="Output root, a local path or a URL (required); never inside a dataset. Gets "
+                             "episodes/, media_index/, errors.jsonl and manifest.json.")
+    parser.add_argument("--force", action="store_true", default=False,
+                        help="Import again datasets whose last import is up to date (same files, same "
+                             "options). Default: skip them.")
+    parser.add_argument("--read_in_parts", "--read-in-parts", dest="read_in_parts", action="store_true",
+                        default=False,
+                        help="Import an episodes file whose data files span more than --data-span-limit in "
+                             "ordered parts. Default: such a file fails with rule data_span.")
+    parser.add_argument("--data_span_limit", "--data-span-limit", dest="data_span_limit", type=int,
+                        default=DATA_SPAN_LIMIT, metavar="BYTES",
+                        help=f"Bytes of data files one part may span. Default: {DATA_SPAN_LIMIT} (64 MiB, "
+                             "the reference's limit).")
+    parser.add_argument("--inline_index", "--inline-index", dest="inline_index", action="store_true",
+                        default=False,
+                        help="Write each MP4's MediaIndex inside every episode (the reference's exact "
+                             "records). Default: once per MP4 under media_index/.")
+    parser.add_argument("--skip_videos", "--skip-videos", dest="skip_videos", action="store_true",
+                        default=False,
+                        help="Import without the video features, for datasets whose MP4s were not "
+                             "published. Default: cameras are imported and a missing MP4 fails its "
+                             "episodes file.")
+
+
+def add_run_arguments(parser) -> None:
+    """The options of a run that waits for its job (`RunOptions`)."""
+    parser.add_argument("--wait_for_lease", "--wait-for-lease", dest="wait_for_lease", type=float, default=0.0,
+                        metavar="SECONDS",
+                        help="When another run holds an output's lease, wait up to SECONDS for it to be "
+                             "released or to expire. Default: 0 (that output is skipped at once; a run "
+                             "whose every output is held exits with status 1).")

@@ -1,0 +1,99 @@
+"""What the command prints besides its results: log levels by verbosity, and a handler that shares the
+terminal with the live progress line (`pipelines.progress`).
+
+By default a user sees the project's own log lines (an episodes file imported or failed, a lease taken
+over, a Hub retry) and every library's errors, and nothing they cannot act on: Beam's warnings and type-hint
+notes, per-request HTTP logs (httpx, urllib3, the Hub client, gcsfs, botocore), and Python warnings of
+libraries are hidden. `-v` shows Beam's and the libraries' warnings and the project's debug lines, `-vv`
+every library's debug log; `-q` only errors. On Dataflow, the runner's own job messages (the job's URL,
+its state) are kept at every level but `-q`.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+import threading
+from typing import Callable, Optional
+
+#: Loggers of the project.
+OWN = ("transforms", "pipelines", "lerobot_import", "launcher")
+#: Libraries whose INFO lines are per request or per step: chatter, not news.
+LIBRARIES = ("apache_beam", "fsspec", "gcsfs", "s3fs", "urllib3", "google", "httpx", "httpcore",
+             "huggingface_hub", "filelock", "botocore", "aiobotocore", "boto3", "requests", "asyncio")
+#: Beam's type-hint notes ("Converting string literal type hint to Any") are INFO lines per DoFn.
+TYPE_HINTS = "apache_beam.typehints"
+DATAFLOW = "apache_beam.runners.dataflow"
+FORMAT = "%(levelname)s %(name)s: %(message)s"
+
+_LOCK = threading.Lock()
+#: Called with the lock held before and after a log record is written (the live line clears and redraws).
+_around_emit: Optional[tuple[Callable[[], None], Callable[[], None]]] = None
+
+
+class SharedTerminalHandler(logging.StreamHandler):
+    """A stderr handler that lets the live progress line step aside while a record is written."""
+
+    def __init__(self) -> None:
+        super().__init__(sys.stderr)
+
+    def emit(self, record: logging.LogRecord) -> None:
+        with _LOCK:
+            hooks = _around_emit
+            if hooks:
+                hooks[0]()
+            super().emit(record)
+            if hooks:
+                hooks[1]()
+
+
+def levels(verbosity: int, *, dataflow: bool = False) -> dict[str, int]:
+    """The level of each logger ("" is the root) at `verbosity` (-1 quiet, 0 default, 1 -v, 2 -vv)."""
+    if verbosity < 0:
+        out = {"": logging.ERROR, "py.warnings": logging.ERROR}
+        out.update({name: logging.ERROR for name in OWN + LIBRARIES})
+        return out
+    if verbosity >= 2:
+        return {"": logging.DEBUG, "py.warnings": logging.WARNING,
+                **{name: logging.DEBUG for name in OWN + LIBRARIES}}
+    library = logging.WARNING if verbosity == 1 else logging.ERROR
+    out = {"": logging.WARNING, "py.warnings": library, TYPE_HINTS: logging.ERROR}
+    out.update({name: logging.DEBUG if verbosity == 1 else logging.INFO for name in OWN})
+    out.update({name: library for name in LIBRARIES})
+    if dataflow:
+        out[DATAFLOW] = logging.INFO  # the job's URL and state: Beam's own progress on Dataflow
+    return out
+
+
+def configure_logging(verbosity: int = 0, *, dataflow: bool = False) -> None:
+    """Set up the process's logging for a command at `verbosity` (idempotent: a second call replaces the
+    first's handler and levels)."""
+    root = logging.getLogger()
+    for handler in list(root.handlers):
+        if isinstance(handler, SharedTerminalHandler):
+            root.removeHandler(handler)
+    handler = SharedTerminalHandler()
+    handler.setFormatter(logging.Formatter(FORMAT))
+    root.addHandler(handler)
+    logging.captureWarnings(True)
+    for name, level in levels(verbosity, dataflow=dataflow).items():
+        logging.getLogger(name or None).setLevel(level)
+
+
+def share_terminal(before: Callable[[], None], after: Callable[[], None]) -> None:
+    """Have `before()` and `after()` called around every log record written (the live line's clear and
+    redraw), until `release_terminal()`."""
+    global _around_emit
+    with _LOCK:
+        _around_emit = (before, after)
+
+
+def release_terminal() -> None:
+    global _around_emit
+    with _LOCK:
+        _around_emit = None
+
+
+def locked() -> threading.Lock:
+    """The lock log records are written under (the live line writes under it too)."""
+    return _LOCK
