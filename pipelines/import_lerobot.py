@@ -12,7 +12,6 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import datetime
-import json
 import logging
 import os
 import sys
@@ -96,6 +95,11 @@ def run(argv: Optional[Sequence[str]] = None, *, wait: bool = True, verbosity: i
     options = PipelineOptions(argv)
     import_options = options.view_as(ImportOptions)
     config = config_from_options(import_options, run_id=uuid.uuid4().hex, started_at=sink.now_iso())
+    config, refused = safe_targets(config)
+    for line in refused:
+        print(line)
+    if not config.targets:
+        return 1
     if not wait:
         build_pipeline(options, config).run()
         return 0
@@ -114,7 +118,25 @@ def run(argv: Optional[Sequence[str]] = None, *, wait: bool = True, verbosity: i
         lost = [keeper.lost for keeper in keepers.values() if keeper is not None and keeper.lost is not None]
         for ex in lost:  # another run took the output over while this one imported: its result is suspect
             print(f"error: {ex}; import that output again once the other run has finished")
-        return 1 if lost else status
+        return 1 if lost or refused else status
+
+
+def safe_targets(config: ImportConfig) -> tuple[ImportConfig, list[str]]:
+    """The run without the outputs whose own state could turn the import against the user (a managed
+    folder or file that is a symlink or not regular, an output that is a file or read-only), and one
+    "error" line per output left out: nothing of those is written, leased or deleted."""
+    from transforms.episode import output_state
+    from transforms.errors import LeRobotImportError
+
+    kept, refused = [], []
+    for root, out in config.targets:
+        try:
+            output_state.check_output(out)
+        except LeRobotImportError as ex:
+            refused.append(f"{root}: error: {ex} -> {out}")
+            continue
+        kept.append((root, out))
+    return dataclasses.replace(config, targets=tuple(kept)), refused
 
 
 def take_leases(config: ImportConfig, stack: contextlib.ExitStack,
@@ -164,6 +186,7 @@ def summarize(result, config: ImportConfig) -> int:
     from apache_beam.metrics.metric import MetricsFilter
 
     from transforms import storage
+    from transforms.episode import output_state
     from transforms.import_dataset import NAMESPACE
     counters: dict[str, int] = {}
     for c in result.metrics().query(MetricsFilter().with_namespace(NAMESPACE))["counters"]:
@@ -171,8 +194,7 @@ def summarize(result, config: ImportConfig) -> int:
         counters[c.key.metric.name] = counters.get(c.key.metric.name, 0) + c.committed
     status = 0
     for root, out in config.targets:
-        raw = storage.optional_read(storage.join(out, "manifest.json"))
-        doc = json.loads(raw) if raw else None
+        doc = output_state.read_manifest(out).doc
         if doc is None:
             print(f"{root}: FAILED - no manifest was written -> {out}")
             status = 1

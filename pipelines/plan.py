@@ -24,7 +24,7 @@ from typing import Any, Optional, Sequence
 from pipelines.targets import resolve_targets
 from transforms import lease as lease_lib
 from transforms import storage
-from transforms.episode import paths
+from transforms.episode import output_state
 from transforms.episode.media_index_table import decide_run
 from transforms.errors import LeRobotImportError
 from transforms.lerobot import sources
@@ -125,13 +125,8 @@ class DatasetPlan:
 
 
 def read_manifest(out: str) -> Optional[dict]:
-    """The output's manifest.json, or None when there is none (or it is not a JSON object)."""
-    raw = storage.optional_read(storage.join(out, paths.MANIFEST))
-    try:
-        doc = json.loads(raw) if raw else None
-    except (UnicodeDecodeError, json.JSONDecodeError):
-        return None
-    return doc if isinstance(doc, dict) else None
+    """The output's manifest.json, or None when there is none (or it is not a sound manifest)."""
+    return output_state.read_manifest(out).doc
 
 
 def plan_dataset(root: str, out: str, options: dict[str, Any], *, force: bool = False) -> DatasetPlan:
@@ -146,9 +141,16 @@ def plan_dataset(root: str, out: str, options: dict[str, Any], *, force: bool = 
         The plan.
     """
     root = storage.normalize_root(root)
+    refused = _refused_output(out)
+    if refused is not None:  # the import refuses it before writing or deleting anything: so does the plan
+        return _unplannable(root, out, options, refused)
     previous = read_manifest(out)
     # The options are part of every source digest: a manifest made with other options matches nothing.
     scanned = sources.scan_dataset(root, options, previous_manifest=previous)
+    unreadable = scanned.unreadable()
+    if unreadable is not None:  # not "every file gone": the import fails such a dataset and removes nothing
+        return _unplannable(root, out, options, f"the dataset cannot be read ({unreadable}); an import fails it "
+                            "and removes none of its output: check the dataset root")
     decisions, media = decide_run(scanned.files, previous, scanned.listing.token,
                                   dataset_file=lambda rel: storage.join(root, rel),
                                   inline_index=bool(options.get("inline_index")), force=force)
@@ -164,6 +166,21 @@ def plan_dataset(root: str, out: str, options: dict[str, Any], *, force: bool = 
                        data_bytes_to_read=sum(scanned.listing.size(d) for d in data_files), output_ratio=ratio,
                        ratio_source=ratio_source, video_versions=sources.video_versions(scanned.listing, used),
                        lease=_lease_holder(out), problem=problem)
+
+
+def _refused_output(out: str) -> Optional[str]:
+    """Why the import would refuse this output before touching it (its own state unsafe), else None."""
+    try:
+        output_state.check_output(out)
+    except LeRobotImportError as ex:
+        return str(ex)
+    return None
+
+
+def _unplannable(root: str, out: str, options: dict[str, Any], problem: str) -> DatasetPlan:
+    return DatasetPlan(dataset=root, output=out, options=options, files=(), mp4s_to_read=(), data_bytes_to_read=0,
+                       output_ratio=DEFAULT_OUTPUT_RATIO, ratio_source="default", lease=_lease_holder(out),
+                       problem=problem)
 
 
 def _file_plan(scanned: sources.DatasetSources, decision: sources.EpisodesFileDecision,
@@ -211,7 +228,7 @@ def _output_ratio(previous: Optional[dict]) -> tuple[float, str]:
 def _lease_holder(out: str) -> Optional[str]:
     try:
         held = lease_lib.read_lease(out)
-    except OSError as ex:
+    except (OSError, LeRobotImportError) as ex:
         return f"cannot read the lease: {ex}"
     return held.describe() if held is not None else None
 

@@ -33,8 +33,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from transforms import storage
-from transforms.episode import paths
+from transforms.episode import output_state, paths
 from transforms.episode.media_index_table import decide_run
+from transforms.errors import LeRobotImportError, quote
 from transforms.lease import LEASE_NAME
 from transforms.lerobot import sources
 
@@ -127,6 +128,10 @@ def verify(output: str, *, check_sources: bool = False) -> list[VerifyReport]:
 def verify_output(out: str, *, check_sources: bool = False) -> VerifyReport:
     """Verify one dataset output against its manifest (see the module docstring for what is checked)."""
     out = storage.normalize_root(out)
+    try:
+        output_state.check_output(out)  # nothing is read through a link or from a FIFO or device
+    except LeRobotImportError as ex:
+        return VerifyReport(out, (Problem(ex.file or ".", "confinement", ex.message),))
     manifest, problem = _read_manifest(out)
     if manifest is None:
         return VerifyReport(out, (problem,))
@@ -152,16 +157,13 @@ def verify_output(out: str, *, check_sources: bool = False) -> VerifyReport:
 
 
 def _read_manifest(out: str) -> tuple[Optional[dict], Optional[Problem]]:
-    raw = storage.optional_read(storage.join(out, paths.MANIFEST))
-    if raw is None:
+    found = output_state.read_manifest(out)
+    if found.doc is not None:
+        return found.doc, None
+    if found.problem is None:
         return None, Problem(paths.MANIFEST, "manifest", f"no {paths.MANIFEST} in {out}")
-    try:
-        doc = json.loads(raw)
-    except (UnicodeDecodeError, json.JSONDecodeError) as ex:
-        return None, Problem(paths.MANIFEST, "manifest", f"is not JSON ({ex}): truncated or overwritten")
-    if not isinstance(doc, dict) or not isinstance(doc.get("episodes_files"), dict):
-        return None, Problem(paths.MANIFEST, "manifest", "is not an import's manifest (no `episodes_files` object)")
-    return doc, None
+    kind = "confinement" if found.confinement else "manifest"
+    return None, Problem(paths.MANIFEST, kind, found.problem.message)
 
 
 def _check_parts(out: str, entries: dict[str, dict]) -> list[_PartCheck]:
@@ -176,7 +178,12 @@ def _check_parts(out: str, entries: dict[str, dict]) -> list[_PartCheck]:
 
 def _check_part(out: str, path: str, record: Optional[dict]) -> _PartCheck:
     """One part: exists; size and sha256 as recorded; opens as Parquet; rows as recorded."""
-    fs, full = storage.filesystem(storage.join(out, path))
+    folder = path.split("/", 1)[0] if path.startswith(paths.MEDIA_INDEX_DIR + "/") else paths.EPISODES_DIR
+    try:
+        uri = output_state.confined(out, path, folder=folder, what="file")
+    except LeRobotImportError as ex:
+        return _PartCheck(path, (Problem(path, "confinement", ex.message),), None, False)
+    fs, full = storage.filesystem(uri)
     try:
         size, digest = _size_and_digest(fs, full)
     except FileNotFoundError:
@@ -227,7 +234,11 @@ def _check_media_index(out: str, path: str, record: Optional[dict]) -> list[Prob
 
 
 def _check_readable(out: str, path: str, what: str) -> list[Problem]:
-    fs, full = storage.filesystem(storage.join(out, path))
+    try:
+        uri = output_state.confined(out, path, folder=paths.MEDIA_INDEX_DIR, what=what)
+    except LeRobotImportError as ex:
+        return [Problem(path, "confinement", ex.message)]
+    fs, full = storage.filesystem(uri)
     if not fs.exists(full):
         return [Problem(path, "missing", f"{what} listed in the manifest but not in the output")]
     _, unreadable = _parquet_rows(fs, full)
@@ -253,13 +264,35 @@ def _check_rows_without_records(entries: dict[str, dict], checks: dict[str, _Par
 
 def _check_errors_file(out: str, manifest: dict) -> list[Problem]:
     expected = (manifest.get("totals") or {}).get("errors")
-    raw = storage.optional_read(storage.join(out, paths.ERRORS))
-    if raw is None:
+    fs, full = storage.filesystem(output_state.confined(out, paths.ERRORS, folder=None, what="errors file"))
+    if not fs.exists(full):
         return [Problem(paths.ERRORS, "missing", "listed by every import but not in the output")]
-    lines = [line for line in raw.decode("utf-8", "replace").splitlines() if line.strip()]
-    if expected is not None and len(lines) != int(expected):
-        return [Problem(paths.ERRORS, "errors", f"holds {len(lines)} rows, the manifest counts {expected} errors")]
+    rows = _count_rows(fs, full)
+    if expected is not None and rows != _int(expected):
+        return [Problem(paths.ERRORS, "errors", f"holds {rows} rows, the manifest counts {quote(expected)} errors")]
     return []
+
+
+def _count_rows(fs, full: str) -> int:
+    """Non-blank lines of a file, counted block by block: however long errors.jsonl is (or one line of it),
+    the memory is one block."""
+    rows, content = 0, False  # content: the line being read so far holds more than whitespace
+    with fs.open(full, "rb") as f:
+        while block := f.read(_BLOCK):
+            pieces = block.split(b"\n")
+            for piece in pieces[:-1]:  # each ends a line
+                if content or piece.strip():
+                    rows += 1
+                content = False
+            content = content or bool(pieces[-1].strip())
+    return rows + content
+
+
+def _int(value: Any) -> Optional[int]:
+    try:
+        return int(value)
+    except (TypeError, ValueError, OverflowError):
+        return None
 
 
 def _check_listing(out: str, listed: set[str]) -> list[Problem]:
@@ -295,8 +328,13 @@ def stale_episodes_files(manifest: dict) -> list[Problem]:
         return [Problem(paths.MANIFEST, "sources", "the manifest names no dataset or options to compare with")]
     try:
         scanned = sources.scan_dataset(dataset, options, previous_manifest=manifest)
-    except OSError as ex:
-        return [Problem(paths.MANIFEST, "sources", f"cannot list the dataset {dataset}: {ex}")]
+    except (OSError, LeRobotImportError) as ex:
+        return [Problem(paths.MANIFEST, "sources", f"the dataset {dataset} cannot be read: {ex}")]
+    unreadable = scanned.unreadable()
+    if unreadable is not None:  # the next run fails it and removes nothing: its files are not "gone"
+        return [Problem(paths.MANIFEST, "sources", f"the dataset {dataset} cannot be read ({unreadable}): moved, "
+                        "removed or not reachable with these credentials; the next run fails it and removes none "
+                        "of this output")]
     decisions, _ = decide_run(scanned.files, manifest, scanned.listing.token,
                               dataset_file=lambda rel: storage.join(dataset, rel),
                               inline_index=bool(options.get("inline_index")))

@@ -244,6 +244,13 @@ class HubStandIn:
         self.tree_page_size = tree_page_size
         self.tree_page_size_expand = tree_page_size_expand
         self.gitattributes = gitattributes
+        #: Hostile behaviours, off unless set (tests of the client's defences):
+        #:   "tree_next": "foreign" (a tree page's `Link: rel="next"` points to the CDN's origin), "endless" (every
+        #:       page links a next one, empty past the end), "repeat" (every page links a next one, same entries);
+        #:   "ignore_range": answer 200 with the whole file to a ranged GET;
+        #:   "slow_bytes": seconds between single bytes of every file body.
+        #: A fault's header or message holding "{authorization}" echoes the request's Authorization header.
+        self.hostile: dict[str, Any] = {}
         self._lock = threading.RLock()
         self._idle = threading.Condition(self._lock)
         self._in_flight = 0
@@ -775,7 +782,10 @@ class _Handler(BaseHTTPRequestHandler):
                     self.connection.shutdown(socket.SHUT_RDWR)
                 return
             if fault.status is not None:
-                self._json(int(fault.status), {"error": f"injected {fault.status}"}, fault.headers)
+                auth = self.headers.get("Authorization") or ""
+                headers = {k: v.replace("{authorization}", f"Authorization: {auth}") for k, v in fault.headers.items()}
+                message = headers.get("X-Error-Message", f"injected {fault.status}")
+                self._json(int(fault.status), {"error": message}, headers)
                 return
         try:
             if self.server.role == "cdn":  # type: ignore[attr-defined]
@@ -896,8 +906,12 @@ class _Handler(BaseHTTPRequestHandler):
         start = int(params.get("cursor", "0") or 0)
         chunk = entries[start:start + page]
         headers = {}
-        if start + page < len(entries):
-            nxt = (f"{hub.endpoint}{raw_path}?recursive={str(recursive).lower()}&expand={str(expand).lower()}"
+        mode = hub.hostile.get("tree_next")
+        if mode == "repeat":
+            chunk = entries[:page]
+        if start + page < len(entries) or mode in ("endless", "repeat", "foreign"):
+            origin = hub.cdn_endpoint if mode == "foreign" else hub.endpoint
+            nxt = (f"{origin}{raw_path}?recursive={str(recursive).lower()}&expand={str(expand).lower()}"
                    f"&cursor={start + page}")
             headers["Link"] = f'<{nxt}>; rel="next"'
         self._json(200, chunk, headers)
@@ -974,7 +988,8 @@ class _Handler(BaseHTTPRequestHandler):
         self._content(method, blob, {"ETag": f'"{digest}"'})
 
     def _content(self, method: str, blob: _Blob, headers: dict) -> None:
-        span = _parse_range(self.headers.get("Range"), blob.size)
+        span = None if self.hub.hostile.get("ignore_range") else _parse_range(self.headers.get("Range"), blob.size)
+        slow = float(self.hub.hostile.get("slow_bytes") or 0)
         headers = {**headers, "Accept-Ranges": "bytes", "Content-Type": "application/octet-stream"}
         if span is None:
             first, last, status = 0, blob.size - 1, 200
@@ -997,7 +1012,10 @@ class _Handler(BaseHTTPRequestHandler):
                 f.seek(first)
                 remaining = length
                 while remaining:
-                    chunk = f.read(min(_CHUNK, remaining))
+                    chunk = f.read(1 if slow else min(_CHUNK, remaining))
+                    if slow:
+                        time.sleep(slow)
+                        self.wfile.flush()
                     if not chunk:
                         break
                     self.wfile.write(chunk)

@@ -8,6 +8,12 @@ error travels up (`with_context`), and writes each failure as one row of `errors
 from __future__ import annotations
 
 import dataclasses
+import logging
+import os
+import re
+import sys
+import threading
+import time
 from typing import Any, Optional
 
 #: A message longer than this is cut (with the number of characters left out): values quoted from a
@@ -38,6 +44,83 @@ def quote(value: Any, limit: int = MAX_QUOTED_CHARS) -> str:
     except ValueError:  # e.g. a list holding an integer of more than 4,300 digits
         return f"a {type(value).__name__} too large to print"
     return text if len(text) <= limit else f"{text[:limit]}… ({len(text) - limit} more characters)"
+
+
+# ---- secrets ---------------------------------------------------------------------------------
+#
+# Nothing the importer writes (a message, errors.jsonl, the manifest, a log line) may hold a credential,
+# whatever a library or a server put in the text it hands over (an error quoting the request's
+# `Authorization` header). `redact` is the one place that removes them: the token configured for the
+# Hub, and anything shaped like a credential.
+
+#: Environment variables whose values are credentials.
+SECRET_ENV = ("HF_TOKEN", "HUGGING_FACE_HUB_TOKEN", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN")
+_SECRET_SHAPES = (
+    re.compile(r"(?i)\b((?:proxy-)?authorization|x-amz-security-token|x-goog-api-key)(['\"]?\s*[:=]\s*['\"]?)"
+               r"(?:(?:bearer|basic|token)\s+)?[^\s'\",;}]+"),
+    re.compile(r"\b(Bearer)(\s+)[A-Za-z0-9._~+/=-]{8,}"),
+)
+_TOKEN_CACHE: dict[str, Any] = {"at": -1.0, "token": None}
+_TOKEN_LOCK = threading.Lock()
+
+
+def _hub_login_token() -> Optional[str]:
+    """The token huggingface_hub would send (its login cache too), when it is loaded; asked at most once
+    a second (it reads a file)."""
+    if "huggingface_hub" not in sys.modules:
+        return None
+    now = time.monotonic()
+    with _TOKEN_LOCK:
+        if now - _TOKEN_CACHE["at"] > 1.0:
+            try:
+                _TOKEN_CACHE["token"] = sys.modules["huggingface_hub"].get_token()
+            except Exception:  # noqa: BLE001 - no token to hide then
+                _TOKEN_CACHE["token"] = None
+            _TOKEN_CACHE["at"] = now
+        return _TOKEN_CACHE["token"]
+
+
+def redact(text: str, *, shapes: bool = True) -> str:
+    """`text` without credentials: the configured tokens replaced by `***`, and, with `shapes`, anything
+    shaped like one (an `Authorization:` header's value, `Bearer ...`). Data that holds paths (the
+    manifest) is redacted without `shapes`: a file may be named like anything."""
+    if not isinstance(text, str) or not text:
+        return text
+    secrets = [os.environ.get(name) for name in SECRET_ENV] + [_hub_login_token()]
+    for secret in secrets:
+        if secret and len(secret) >= 8 and secret in text:
+            text = text.replace(secret, "***")
+    if not shapes:
+        return text
+    for shape in _SECRET_SHAPES:
+        text = shape.sub(lambda m: f"{m.group(1)}{m.group(2)}***", text)
+    return text
+
+
+def _redacting_factory(make):
+    def factory(*args, **kwargs):
+        record = make(*args, **kwargs)
+        try:
+            message = record.getMessage()
+        except Exception:  # noqa: BLE001 - a malformed log call: leave it to logging's own report
+            return record
+        clean = redact(message)
+        if clean != message:
+            record.msg, record.args = clean, ()
+        return record
+    factory.redacts = True  # type: ignore[attr-defined]
+    return factory
+
+
+def install_log_redaction() -> None:
+    """Make every log record of this process pass through `redact` (idempotent): log lines are written
+    by handlers the importer does not own (Beam's, Dataflow's), so the record itself is cleaned."""
+    current = logging.getLogRecordFactory()
+    if not getattr(current, "redacts", False):
+        logging.setLogRecordFactory(_redacting_factory(current))
+
+
+install_log_redaction()
 
 
 #: rule id -> what it means; the id is what errors.jsonl's `rule` holds.
@@ -83,6 +166,14 @@ RULES: dict[str, str] = {
     "hub_revision": "a Hugging Face Hub dataset has no such branch, tag or commit",
     "hub_unreachable": "the Hugging Face Hub cannot be reached: offline mode (HF_HUB_OFFLINE) or a host name that "
                        "does not resolve",
+    "output_confinement": "a path the output's own state names (manifest, media_index shard, lease) leaves its "
+                          "folder of the output, or a folder or file the import manages is a symlink or not a "
+                          "regular file",
+    "manifest": "the output's manifest.json is not an import's manifest (not JSON, nested too deeply, malformed)",
+    "lease": "the output's lease file is not a lease this importer wrote (unreadable, absurd values, too large)",
+    "disk_full": "the output's storage has no space left (or the quota is used up)",
+    "output_not_writable": "the output cannot be written: a read-only folder, a file where a folder must be, "
+                           "or no permission",
 }
 
 
@@ -94,11 +185,11 @@ class LeRobotImportError(Exception):
                  episodes_file: Optional[str] = None) -> None:
         if rule not in RULES:
             raise ValueError(f"unknown rule id {rule!r}")
-        message = shorten(str(message), MAX_MESSAGE_CHARS)
+        message = shorten(redact(str(message)), MAX_MESSAGE_CHARS)
         super().__init__(message)
         self.rule = rule
         self.message = message
-        self.file = shorten(file, MAX_FILE_CHARS) if isinstance(file, str) else file
+        self.file = shorten(redact(file, shapes=False), MAX_FILE_CHARS) if isinstance(file, str) else file
         self.episode_index = episode_index
         self.dataset = dataset
         self.episodes_file = episodes_file
@@ -149,6 +240,10 @@ class FailureRecord:
     file: Optional[str]
     rule: str
     message: str
+
+    def __post_init__(self) -> None:
+        # Records are also made from other exceptions' text (rule `internal`): cleaned here, whoever made it.
+        object.__setattr__(self, "message", redact(self.message))
 
     def to_json_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)

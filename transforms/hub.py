@@ -41,6 +41,7 @@ import time
 from typing import Any, Callable, Optional, TypeVar
 
 from transforms.errors import LeRobotImportError, quote
+from transforms.errors import redact as errors_redact
 
 T = TypeVar("T")
 
@@ -338,14 +339,9 @@ def retrying(fn: Callable[[], T], *, what: str, repo: str, attempts: Optional[in
 
 
 def redact(text: str) -> str:
-    """`text` with the Hub token (if one is configured) replaced by `***`: for messages made from a
-    library's exception, which should never hold it, and must not if one ever does."""
-    try:
-        from huggingface_hub import get_token
-        token = get_token()
-    except Exception:  # noqa: BLE001 - no package, no token: nothing to hide
-        token = None
-    return text.replace(token, "***") if token and len(token) >= 8 else text
+    """`text` without the Hub token or anything shaped like a credential (`errors.redact`, the one
+    redaction every message, record and log line of the importer goes through)."""
+    return errors_redact(text)
 
 
 # ---- pinning -------------------------------------------------------------------------------------
@@ -363,7 +359,100 @@ def _hub():
         raise LeRobotImportError("url", f"reading hf:// URLs needs huggingface_hub, which is not installed: "
                                  f"{INSTALL_HINT}") from None
     _count_library_retries()
+    _guard_listings()
     return huggingface_hub
+
+
+# ---- listings --------------------------------------------------------------------------------------
+#
+# huggingface_hub follows a listing's `Link: rel="next"` wherever it points, with the request's headers
+# (the token among them), for as long as pages come. A listing the importer asks for follows next pages
+# only on the endpoint's own origin, for at most LIST_MAX_PAGES pages and LIST_MAX_ITEMS entries within
+# LIST_DEADLINE_S, and stops at an empty page: huggingface_hub's pager is replaced by this one (every
+# listing of the library goes through it: trees, datasets, commits).
+
+#: A listing reads at most this many pages (1,000 entries a page on the Hub: ten million entries).
+LIST_MAX_PAGES = 10_000
+#: ... and at most this many entries in all.
+LIST_MAX_ITEMS = 5_000_000
+#: ... within this many seconds.
+LIST_DEADLINE_S = 900.0
+
+
+def _origin(url: str) -> tuple[str, str, Optional[int]]:
+    from urllib.parse import urlsplit
+    parts = urlsplit(url)
+    port = parts.port or {"http": 80, "https": 443}.get(parts.scheme)
+    return parts.scheme.lower(), (parts.hostname or "").lower(), port
+
+
+def guarded_pages(path: str, params: Any, headers: dict, timeout: Optional[float] = None, *,
+                  get: Optional[Callable[..., Any]] = None) -> Any:
+    """huggingface_hub's `_paginate_pages` (yields (page, finished)), bounded and kept on one origin.
+
+    Args:
+        path: the first page's URL (on the endpoint).
+        params: its query parameters.
+        headers: the request headers (the token among them): sent to `path`'s origin only.
+        timeout: per request.
+        get: the request function (huggingface_hub's `http_backoff("GET", ...)` by default).
+    Raises:
+        LeRobotImportError: rule `io` when a next page points to another origin, or a bound is passed.
+    """
+    from huggingface_hub.utils import hf_raise_for_status, http_backoff
+
+    get = get or (lambda url, **kw: http_backoff("GET", url, **kw))
+    home = _origin(path)
+    deadline = time.monotonic() + LIST_DEADLINE_S
+    response = get(path, params=params, headers=headers, timeout=timeout)
+    pages = items = 0
+    while True:
+        hf_raise_for_status(response)
+        page = response.json()
+        pages += 1
+        items += len(page) if isinstance(page, list) else 1
+        following = response.links.get("next", {}).get("url")
+        if following is not None and not page:
+            _LOG.warning("the Hub's listing %s answered an empty page that links another: stopped there", path)
+            following = None
+        if following is not None and _origin(following) != home:
+            raise LeRobotImportError("io", f"the Hub's listing {path} links its next page to another host "
+                                     f"({_origin(following)[1]}); the listing is not followed there (the request "
+                                     "carries the token): check HF_ENDPOINT, and try again later")
+        if following is not None and (pages >= LIST_MAX_PAGES or items >= LIST_MAX_ITEMS):
+            raise LeRobotImportError("limit", f"the Hub's listing {path} goes on past {pages:,} pages and {items:,} "
+                                     f"entries (at most {LIST_MAX_PAGES:,} pages and {LIST_MAX_ITEMS:,} entries are "
+                                     "read): a repository that large is not a dataset root")
+        if following is not None and time.monotonic() > deadline:
+            raise LeRobotImportError("io", f"the Hub's listing {path} took more than {LIST_DEADLINE_S:.0f} s "
+                                     f"({pages:,} pages): try again later")
+        yield page, following is None
+        if following is None:
+            return
+        response = get(following, headers=headers, timeout=timeout)
+
+
+def _guarded_paginate(path: str, params: Any, headers: dict, timeout: Optional[float] = None) -> Any:
+    for page, _ in guarded_pages(path, params, headers, timeout=timeout):
+        yield from page
+
+
+_GUARD_LOCK = threading.Lock()
+
+
+def _guard_listings() -> None:
+    """Put `guarded_pages` in place of huggingface_hub's pager (once per process)."""
+    from huggingface_hub import hf_api
+    from huggingface_hub.utils import _pagination
+
+    with _GUARD_LOCK:
+        if getattr(_pagination, "_lerobot_guarded", False):
+            return
+        _pagination._paginate_pages = guarded_pages
+        _pagination.paginate = _guarded_paginate
+        hf_api._paginate_pages = guarded_pages
+        hf_api.paginate = _guarded_paginate
+        _pagination._lerobot_guarded = True
 
 
 def _api() -> Any:
@@ -509,9 +598,12 @@ def _filesystem_class() -> type:
             headers = {"range": f"bytes={start}-{end - 1}", **self.fs._api._build_hf_headers()}
 
             def once() -> bytes:
-                response = get_session().get(url, headers=headers, timeout=constants.HF_HUB_DOWNLOAD_TIMEOUT)
-                hf_raise_for_status(response)
-                return response.content
+                with get_session().stream("GET", url, headers=headers,
+                                          timeout=constants.HF_HUB_DOWNLOAD_TIMEOUT) as response:
+                    if response.status_code >= 400:
+                        response.read()  # an error's body is a short JSON message
+                        hf_raise_for_status(response)
+                    return _range_body(response, start, end, resolved)
 
             try:
                 return retrying(once, what=f"bytes {start}..{end} of {resolved.path_in_repo}",
@@ -548,6 +640,44 @@ def _filesystem_class() -> type:
     HubFile.__qualname__ = HubFile.__name__ = "HubFile"
     globals()["HubFileSystem"], globals()["HubFile"] = HubFileSystem, HubFile  # pickled by reference
     return HubFileSystem
+
+
+#: One ranged read of the Hub gets at most this long, however slowly the bytes come.
+READ_DEADLINE_S = 300.0
+
+
+def _range_body(response: Any, start: int, end: int, resolved: Any) -> bytes:
+    """The body of a ranged GET, as asked: exactly `end - start` bytes, streamed, within READ_DEADLINE_S.
+
+    A server that ignores `Range` answers 200 with the whole file (an MP4 of gigabytes for a 4 KB moov
+    read): that answer is refused from its status line, before its body is read; so is one that
+    announces, or sends, another length."""
+    want = end - start
+    status = response.status_code
+    length = response.headers.get("content-length")
+    where = f"{resolved.path_in_repo} of the Hub dataset {resolved.repo_id}"
+    if status != 206 and not (status == 200 and start == 0 and length is not None and length == str(want)):
+        raise LeRobotImportError("io", f"the Hub answered {status} to a read of bytes {start}..{end} of {where}, "
+                                 "not the range asked for (it ignored the Range header); the answer was not "
+                                 "read: try again later, or check HF_ENDPOINT")
+    if length is not None and length != str(want):
+        raise LeRobotImportError("io", f"the Hub announced {quote(length)} bytes for a read of {want} bytes "
+                                 f"({start}..{end}) of {where}; the answer was not read: try again later")
+    deadline = time.monotonic() + READ_DEADLINE_S
+    chunks, got = [], 0
+    for chunk in response.iter_bytes():
+        got += len(chunk)
+        if got > want:
+            raise LeRobotImportError("io", f"the Hub sent more than the {want} bytes asked for ({start}..{end}) of "
+                                     f"{where}: try again later")
+        chunks.append(chunk)
+        if time.monotonic() > deadline:  # a byte every few seconds never trips the per-request timeout
+            raise LeRobotImportError("io", f"reading bytes {start}..{end} of {where} took more than "
+                                     f"{READ_DEADLINE_S:g} s (the Hub sent {got} bytes by then): try again later")
+    if got != want:
+        raise LeRobotImportError("io", f"the Hub sent {got} of the {want} bytes asked for ({start}..{end}) of "
+                                 f"{where}: try again later")
+    return b"".join(chunks)
 
 
 def _read_error(ex: BaseException, resolved: Any) -> BaseException:

@@ -27,7 +27,7 @@ from typing import Iterable, Iterator, NamedTuple, Optional, Sequence
 import apache_beam as beam
 
 from transforms import hub, storage
-from transforms.episode import paths, quirks
+from transforms.episode import output_state, paths, quirks
 from transforms.episode.media_index_table import MediaIndexPlan, decide_run
 from transforms.episode.outcomes import failed_file
 from transforms.episode.quirks import ClipSpan, WarningRecord
@@ -151,7 +151,13 @@ class _CheckDataset(beam.DoFn):
                 yield beam.pvalue.TaggedOutput("reports", (root, DatasetReport(failures=(failure,))))
                 return
         source = _fingerprint(root)
-        previous = self._previous_manifest(root)
+        try:
+            output_state.check_output(self._config.output_of(root))  # also when no launcher checked it first
+            previous = self._previous_manifest(root)
+        except LeRobotImportError as ex:  # the output's state names paths outside it: touch nothing of it
+            failure = error_record(ex, dataset=root, episodes_file=None)
+            yield beam.pvalue.TaggedOutput("reports", (root, DatasetReport(failures=(failure,))))
+            return
         if source is not None and not self._config.force and self._up_to_date(root, source, previous):
             self._skipped.inc()
             return
@@ -177,12 +183,19 @@ class _CheckDataset(beam.DoFn):
 
     def _previous_manifest(self, root: str) -> Optional[dict]:
         """The output's manifest when it was written with the options of this run from this dataset root,
-        else None (an unreadable manifest is no proof of anything: everything is imported again)."""
-        try:
-            raw = storage.optional_read(storage.join(self._config.output_of(root), paths.MANIFEST))
-            previous = json.loads(raw) if raw else None
-        except (OSError, ValueError, RecursionError):
-            return None
+        else None (an unreadable manifest is no proof of anything: everything is imported again).
+
+        Raises:
+            LeRobotImportError: rule `output_confinement`, the manifest names paths outside the output's
+                folders: the dataset fails before its output is written or cleaned up.
+        """
+        found = output_state.read_manifest(self._config.output_of(root))
+        if found.confinement:
+            raise found.problem
+        if found.problem is not None:
+            _LOG.warning("%s: the output's manifest cannot be used (%s); importing everything again", root,
+                         found.problem)
+        previous = found.doc
         if not isinstance(previous, dict) or previous.get("options") != self._config.output_options():
             return None
         if previous.get("dataset") is not None and not storage.same_dataset(str(previous["dataset"]), root):

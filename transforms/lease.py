@@ -39,10 +39,11 @@ import fsspec
 import fsspec.asyn
 
 from transforms import storage
+from transforms.episode import paths
 
 _LOG = logging.getLogger(__name__)
 
-LEASE_NAME = ".lease.json"
+LEASE_NAME = paths.LEASE
 #: A lease lives this long unless renewed; its holder renews it every third of that.
 DEFAULT_TTL_S = 300.0
 #: How often a waiting run looks at the lease again (at most; never past the lease's expiry).

@@ -8,6 +8,7 @@ partial file for a finished one.
 from __future__ import annotations
 
 import dataclasses
+import errno
 import functools
 import io
 import os
@@ -393,6 +394,12 @@ def file_size(uri: str, *, what: str, file: str) -> int:
 def read_bytes(uri: str, *, what: str, file: str, max_bytes: int = READ_BYTES_LIMIT) -> bytes:
     """A whole (small) file: its size is asked first, so a file over `max_bytes` is the `limit` rule before
     a byte is read; a FIFO or device is `not_a_file`, a git-LFS pointer `lfs_pointer`."""
+    fs, path = filesystem(uri)
+    if is_local(fs):
+        data = _read_local(path, what=what, file=file, max_bytes=max_bytes)
+        if len(data) < LFS_POINTER_MAX_BYTES:
+            raise_if_lfs_pointer(data, what=what, file=file)
+        return data
     size = file_size(uri, what=what, file=file)
     if size > max_bytes:
         raise LeRobotImportError("limit", f"{what} {file} is {size:,} bytes; at most {max_bytes:,} bytes of a "
@@ -413,6 +420,67 @@ def read_bytes(uri: str, *, what: str, file: str, max_bytes: int = READ_BYTES_LI
     if len(data) < LFS_POINTER_MAX_BYTES:
         raise_if_lfs_pointer(data, what=what, file=file)
     return data
+
+
+def _read_local(path: str, *, what: str, file: str, max_bytes: int, follow_links: bool = True) -> bytes:
+    """A local file read whole, as a regular file only and at most `max_bytes`.
+
+    The file is opened without blocking (a FIFO swapped in after a check would otherwise block the open
+    until a writer comes) and its kind and size are asked of the open descriptor, so what is read is
+    what was checked; no more than `max_bytes` + 1 bytes are ever read (a file that grows, /dev/zero)."""
+    flags = os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0) | (0 if follow_links else os.O_NOFOLLOW)
+    try:
+        fd = os.open(path, flags)
+    except FileNotFoundError:
+        raise LeRobotImportError("file_missing", f"{what} {file} does not exist (expected at {path})",
+                                 file=file) from None
+    except OSError as ex:
+        if ex.errno == errno.ELOOP and not follow_links:
+            raise LeRobotImportError("output_confinement", f"{what} {file} is a symlink; the import reads and "
+                                     "writes its own files only where they are: replace the link with the file",
+                                     file=file) from None
+        if isinstance(ex, PermissionError):
+            raise denied_error(ex, what=what, file=file) from None
+        raise LeRobotImportError("io", f"cannot open {what} {file}: {ex.strerror or ex}", file=file) from None
+    try:
+        st = os.fstat(fd)
+        _raise_if_special(st, what=what, file=file)
+        if st.st_size > max_bytes:
+            raise LeRobotImportError("limit", f"{what} {file} is {st.st_size:,} bytes; at most {max_bytes:,} bytes "
+                                     f"of a {what} are read: is it the right file?", file=file)
+        os.set_blocking(fd, True)
+        chunks, total = [], 0
+        while total <= max_bytes:
+            chunk = os.read(fd, min(max_bytes + 1 - total, 1 << 20))
+            if not chunk:
+                break
+            chunks.append(chunk)
+            total += len(chunk)
+    except OSError as ex:
+        raise LeRobotImportError("io", f"cannot read {what} {file}: {ex.strerror or ex}", file=file) from None
+    finally:
+        os.close(fd)
+    if total > max_bytes:
+        raise LeRobotImportError("limit", f"{what} {file} grew past {max_bytes:,} bytes while it was read; at "
+                                 f"most {max_bytes:,} bytes of a {what} are read", file=file)
+    return b"".join(chunks)
+
+
+def read_state_file(uri: str, *, what: str, file: str, max_bytes: int) -> Optional[bytes]:
+    """A small file of an output's own state (manifest, errors.jsonl, lease): None when it does not exist.
+
+    Read as `read_bytes` reads (bounded, regular files only) and, locally, never through a symlink: the
+    output's own files are where the import wrote them, and a link would make it read (or, later, write)
+    somewhere else."""
+    fs, path = filesystem(uri)
+    try:
+        if is_local(fs):
+            return _read_local(path, what=what, file=file, max_bytes=max_bytes, follow_links=False)
+        return read_bytes(uri, what=what, file=file, max_bytes=max_bytes)
+    except LeRobotImportError as ex:
+        if ex.rule == "file_missing":
+            return None
+        raise
 
 
 def tmp_name(final_uri: str) -> str:
@@ -525,15 +593,16 @@ def exists(uri: str) -> bool:
     return with_retries(lambda: fs.exists(path))
 
 
-def optional_read(uri: str) -> Optional[bytes]:
-    """The whole file at `uri`, or None when it does not exist; a local FIFO or device is `not_a_file`
-    (reading one would block or never end)."""
-    check_regular_file(uri, what="file", file=uri)
-    fs, path = filesystem(uri)
+def optional_read(uri: str, *, what: str = "file", file: Optional[str] = None,
+                  max_bytes: int = READ_BYTES_LIMIT) -> Optional[bytes]:
+    """The whole file at `uri`, or None when it does not exist; read as `read_bytes` reads (a local FIFO or
+    device is `not_a_file`, a file over `max_bytes` the `limit` rule)."""
     try:
-        return with_retries(lambda: fs.cat_file(path))
-    except FileNotFoundError:
-        return None
+        return read_bytes(uri, what=what, file=file or uri, max_bytes=max_bytes)
+    except LeRobotImportError as ex:
+        if ex.rule == "file_missing":
+            return None
+        raise
 
 
 def is_dir(uri: str) -> bool:

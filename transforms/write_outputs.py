@@ -14,17 +14,17 @@ from __future__ import annotations
 import json
 import logging
 from collections import OrderedDict
-from typing import Iterable, Iterator, Optional
+from typing import Iterable, Iterator, Optional, Sequence
 
 import apache_beam as beam
 
 from transforms import storage
 from transforms.episode import output as sink
 from transforms.episode import frames as frames_lib
-from transforms.episode import paths
+from transforms.episode import output_state, paths
 from transforms.episode.media_index_table import final_media_index, stale_media_index_files
 from transforms.episode.outcomes import PartResult, failed_file
-from transforms.errors import FailureRecord, LeRobotImportError
+from transforms.errors import FailureRecord, LeRobotImportError, redact
 from transforms.lerobot import data_files
 from transforms.lerobot.info import INFO_PATH, DatasetInfo
 from transforms.messages import (DatasetReport, FileInputs, ImportConfig, KeptFile, PartHeader, PartInputs,
@@ -269,9 +269,12 @@ class _DatasetWriter(beam.DoFn):
 
     def _write(self, root: str, doc: dict, failures: list[FailureRecord]) -> dict:
         out = self._config.output_of(root)
-        storage.write_atomic(storage.join(out, paths.ERRORS), sink.errors_jsonl(failures))
+        # Every text the output holds passes the one redaction (records already did; warnings, notes and
+        # the dataset's own strings in the manifest too).
+        rows = sink.errors_jsonl(failures).decode()
+        storage.write_atomic(storage.join(out, paths.ERRORS), redact(rows, shapes=False).encode())
         storage.write_atomic(storage.join(out, paths.MANIFEST),
-                             (json.dumps(doc, indent=2, sort_keys=True) + "\n").encode())
+                             redact(json.dumps(doc, indent=2, sort_keys=True) + "\n", shapes=False).encode())
         self._counters["errors"].inc(doc["totals"]["errors"])
         self._counters["warnings"].inc(doc["totals"]["warnings"])
         self._counters["datasets_imported" if doc["status"] == "imported" else "datasets_failed"].inc()
@@ -323,8 +326,14 @@ def finish_dataset(config: ImportConfig, root: str, report: DatasetReport) -> tu
     shards, video_versions = final_media_index(report.index_kept, report.index_files, report.video_versions)
     if config.inline_index:
         shards = []
-    for stale in stale_media_index_files(out, keep=[s.path for s in shards]):
-        storage.remove(stale)
+    # What the import may delete under media_index/: what its last manifest lists, and the shards this
+    # run's MP4s map to (a run that died after writing a shard and before its manifest wrote them too).
+    last = output_state.read_manifest(out).doc
+    ours = output_state.listed_files(last) | {o.path for o in report.index_files} | {
+        paths.media_index_shard_path(rel) for rel, _ in report.video_versions}
+    stale, unknown = stale_media_index_files(out, keep=[s.path for s in shards], ours=ours)
+    for uri in stale:
+        storage.remove(uri)
     imported = {o.episodes_file for o in outcomes if o.status == "imported"} | {
         k.episodes_file for k in report.kept if not k.removed}
     warnings = [w for w in report.warnings if w.episodes_file is None or w.episodes_file in imported]
@@ -334,7 +343,7 @@ def finish_dataset(config: ImportConfig, root: str, report: DatasetReport) -> tu
                         dataset_failures=dataset_failures,
                         source=sources[0].to_json() if sources else None, run_id=config.run_id,
                         options=config.output_options(), warnings=warnings,
-                        notes=skip_videos_notes(report.mp4_failures),
+                        notes=skip_videos_notes(report.mp4_failures) + unknown_files_notes(unknown),
                         file_sources={s.episodes_file: s.to_manifest() for s in report.file_sources})
     doc["media_index_layout"] = paths.MEDIA_INDEX_LAYOUT
     doc["media_index_files"] = [s.to_json() for s in shards]
@@ -367,7 +376,7 @@ def carry_kept_files(doc: dict, kept: Iterable[KeptFile], out: str) -> None:
     entries, totals = dict(doc["episodes_files"]), doc["totals"]
     for k in sorted(kept, key=lambda k: k.episodes_file):
         if k.removed:
-            for uri in sink.stale_outputs(out, k.episodes_file, keep=()) + sink.leftover_tmps(out, k.episodes_file):
+            for uri in removed_file_outputs(out, k) + sink.leftover_tmps(out, k.episodes_file):
                 storage.remove(uri)
             entries[k.episodes_file] = {"status": "removed", "parts": []}
             totals["episodes_files_removed"] += 1
@@ -379,6 +388,25 @@ def carry_kept_files(doc: dict, kept: Iterable[KeptFile], out: str) -> None:
         for key in ("episodes", "episodes_written", "frames", "bytes"):
             totals[key] += int(entry.get(key) or 0)
     doc["episodes_files"] = {rel: entries[rel] for rel in sorted(entries)}
+
+
+def removed_file_outputs(out: str, kept: KeptFile) -> list[str]:
+    """The parts of a removed episodes file: those its last manifest entry lists (each confined to
+    `episodes/`; the manifest was checked when read), not whatever its name would match."""
+    entry = json.loads(kept.entry_json)
+    listed = [p for p in entry.get("parts") or [] if isinstance(p, str)]
+    return [output_state.confined(out, p, folder=paths.EPISODES_DIR, what="episode part") for p in listed]
+
+
+def unknown_files_notes(unknown: Sequence[str]) -> list[str]:
+    """One note naming the files under media_index/ that the import left because it did not write them."""
+    if not unknown:
+        return []
+    shown = ", ".join(unknown[:5]) + (f" and {len(unknown) - 5} more" if len(unknown) > 5 else "")
+    many = len(unknown) > 1
+    return [f"{len(unknown)} file{'s' if many else ''} under {paths.MEDIA_INDEX_DIR}/ that this import did not "
+            f"write {'were' if many else 'was'} left as {'they are' if many else 'it is'} ({shown}): the import "
+            "manages that folder, so keep other files elsewhere"]
 
 
 def info_sha256(root: str) -> Optional[str]:

@@ -24,7 +24,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from transforms import storage
-from transforms.episode import paths, spql_types
+from transforms.episode import output_state, paths, spql_types
 from transforms.lerobot import sources
 
 #: What a run does with a shard (`ShardOutcome.action`).
@@ -331,17 +331,32 @@ def final_media_index(kept: Iterable[ShardRecord], outcomes: Iterable[ShardOutco
     return [records[p] for p in sorted(records)], tokens
 
 
-def stale_media_index_files(out_root: str, keep: Iterable[str]) -> list[str]:
-    """Files under `out_root`'s media_index/ (shards of any layout, temporaries) that are not in `keep`.
+def stale_media_index_files(out_root: str, keep: Iterable[str], ours: Iterable[str]) -> tuple[list[str], list[str]]:
+    """The files under `out_root`'s media_index/ to remove, and the ones left because the import did not write
+    them.
+
+    A file goes only when the import can prove it wrote it: it is in `ours` (what the last manifest lists,
+    and the shards this run's MP4s map to) or it is one of the import's own temporaries; anything else
+    (a README, a user's `old/` folder) stays, and is reported.
 
     Args:
         out_root: the dataset's output root.
         keep: the shards the output holds after this run, relative to `out_root`.
+        ours: the media_index/ files known to be the import's, relative to `out_root`.
+    Returns:
+        (URIs to remove, paths relative to `out_root` of the files left as they are).
     """
     folder = storage.normalize_root(storage.join(out_root, paths.MEDIA_INDEX_DIR))
-    keep = set(keep)
-    stale = []
+    keep, ours = set(keep), set(ours)
+    stale, unknown = [], []
     for uri in storage.list_files(folder):
-        if uri.startswith(folder + "/") and f"{paths.MEDIA_INDEX_DIR}/{uri[len(folder) + 1:]}" not in keep:
+        if not uri.startswith(folder + "/"):
+            continue
+        rel = f"{paths.MEDIA_INDEX_DIR}/{uri[len(folder) + 1:]}"
+        if rel in keep:
+            continue
+        if rel in ours or output_state.is_own_tmp(rel.rsplit("/", 1)[-1]):
             stale.append(uri)
-    return stale
+        else:
+            unknown.append(rel)
+    return stale, unknown

@@ -18,7 +18,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from transforms import storage
-from transforms.episode import clips, episode_type, paths
+from transforms.episode import clips, episode_type, output_state, paths
 from transforms.episode import frames as frames_lib
 from transforms.episode.outcomes import FileOutcome, PartFile, PartResult, failed_file
 from transforms.episode.quirks import WarningRecord
@@ -100,9 +100,10 @@ def leftover_tmps(out_root: str, episodes_file: str) -> list[str]:
     stem = tail[: -len(".parquet")]
     found = []
     for name in storage.list_dir(folder):
-        if not name.startswith(".") or storage.TMP_MARK not in name:
+        own = output_state.TMP_PATTERN.match(name)
+        if own is None:  # not a temporary name the import gives: someone else's file
             continue
-        final = name[1:name.rindex(storage.TMP_MARK)]
+        final = own.group("final")
         if final == tail or paths.is_part_name(final, stem):
             found.append(storage.join(folder, name))
     return found

@@ -33,6 +33,9 @@ EPISODES_DIR = "episodes"
 MEDIA_INDEX_DIR = "media_index"
 MANIFEST = "manifest.json"
 ERRORS = "errors.jsonl"
+#: The lease a running import holds on its output, and the lock file local leases take it under.
+LEASE = ".lease.json"
+LEASE_LOCK = LEASE + ".lock"
 #: What an import writes and cleans up under its output root: a dataset placed under one of these
 #: would be overwritten or removed by the import itself.
 MANAGED = (EPISODES_DIR, MEDIA_INDEX_DIR, MANIFEST, ERRORS)

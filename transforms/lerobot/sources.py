@@ -197,6 +197,14 @@ class DatasetSources:
     def by_file(self) -> dict[str, EpisodesFileSources]:
         return {f.episodes_file: f for f in self.files}
 
+    def unreadable(self) -> Optional[str]:
+        """Why the dataset cannot be read as a dataset at all (its root moved or gone, no episodes file
+        listed), else None. An import fails such a dataset whole and removes none of its output, so
+        its episodes files are not "gone"."""
+        if self.listing.episodes_files():
+            return None
+        return self.info_problem or "it lists no meta/episodes/*/*.parquet file"
+
 
 #: The info.json keys an import's output depends on. The others (`total_episodes`, `total_frames`,
 #: `splits`, ...) change whenever episodes are appended, and must not make every episodes file stale.
