@@ -29,14 +29,21 @@ def add_import_arguments(parser) -> None:
     parser.add_argument("--force", action="store_true", default=False,
                         help="Import again datasets whose last import is up to date (same files, same "
                              "options). Default: skip them.")
+    parser.add_argument("--one_part", "--one-part", dest="one_part", action="store_true", default=False,
+                        help="The reference's one-part behaviour, for exact conformance: write each episodes "
+                             "file as one part and fail one whose episodes span more than --data-span-limit "
+                             "bytes of data files (whole files, rule data_span). Default: episodes files are "
+                             "written in ordered parts of whole episodes, each holding at most "
+                             "--data-span-limit bytes of its episodes' own data.")
     parser.add_argument("--read_in_parts", "--read-in-parts", dest="read_in_parts", action="store_true",
                         default=False,
-                        help="Import an episodes file whose data files span more than --data-span-limit in "
-                             "ordered parts. Default: such a file fails with rule data_span.")
+                        help="Deprecated, does nothing: reading in parts is the default (--one-part turns it "
+                             "off).")
     parser.add_argument("--data_span_limit", "--data-span-limit", dest="data_span_limit", type=int,
                         default=DATA_SPAN_LIMIT, metavar="BYTES",
-                        help=f"Bytes of data files one part may span. Default: {DATA_SPAN_LIMIT} (64 MiB, "
-                             "the reference's limit).")
+                        help=f"Bytes of its episodes' data one part may hold (with --one-part: bytes of data "
+                             f"files an episodes file may span). Default: {DATA_SPAN_LIMIT} (64 MiB, the "
+                             "reference's limit).")
     parser.add_argument("--inline_index", "--inline-index", dest="inline_index", action="store_true",
                         default=False,
                         help="Write each MP4's MediaIndex inside every episode (the reference's exact "

@@ -46,7 +46,13 @@ def config_from_options(options: ImportOptions, *, run_id: str = "", started_at:
         if ex.rule == "url":  # a URL no filesystem reads: the command line is wrong
             raise cli.UsageError(f"error: {ex}") from None
         raise SystemExit(f"error: {ex}") from None
-    return ImportConfig(targets=targets, read_in_parts=options.read_in_parts,
+    if options.read_in_parts:
+        if options.one_part:
+            raise cli.UsageError("error: --read-in-parts and --one-part contradict each other; reading in parts is "
+                             "the default now, so drop --read-in-parts")
+        print("note: --read-in-parts is the default now and does nothing; it will be removed (--one-part gives "
+              "the reference's one-part behaviour)", file=sys.stderr)
+    return ImportConfig(targets=targets, one_part=options.one_part,
                         data_span_limit=options.data_span_limit, inline_index=options.inline_index,
                         skip_videos=options.skip_videos, force=options.force, run_id=run_id,
                         started_at=started_at)

@@ -1,6 +1,6 @@
 """`lerobot-import plan`: what an import run would do, without writing anything.
 
-    lerobot-import plan --dataset ROOT --output OUT [--force] [--read-in-parts] [--inline-index] ...
+    lerobot-import plan --dataset ROOT --output OUT [--force] [--one-part] [--inline-index] ...
     lerobot-import plan --datasets 'gs://bucket/datasets/*' --output OUT [--json] [--list]
 
 Per dataset: the episodes files to import (new, changed, failed last time), unchanged, or whose output
@@ -28,7 +28,8 @@ from transforms.episode import output_state
 from transforms.episode.media_index_table import decide_run
 from transforms.errors import LeRobotImportError
 from transforms.lerobot import sources
-from transforms.lerobot.episodes_files import DATA_SPAN_LIMIT, plan_parts, read_episode_rows
+from transforms.lerobot.data_files import read_row_group_layout
+from transforms.lerobot.episodes_files import DATA_SPAN_LIMIT, RowGroupLayout, plan_parts, read_episodes_file
 from transforms.lerobot.info import DatasetInfo
 from transforms.messages import ImportConfig
 
@@ -42,7 +43,7 @@ DEFAULT_OUTPUT_RATIO = 1.0
 class PlanSettings:
     """The import options a plan needs (those that change what a run writes, and --force)."""
 
-    read_in_parts: bool = False
+    one_part: bool = False
     data_span_limit: int = DATA_SPAN_LIMIT
     inline_index: bool = False
     skip_videos: bool = False
@@ -51,7 +52,7 @@ class PlanSettings:
 
 def output_options(settings: PlanSettings) -> dict[str, Any]:
     """The options dict an import records and compares, exactly as the import makes it."""
-    return ImportConfig(targets=(), read_in_parts=settings.read_in_parts, data_span_limit=settings.data_span_limit,
+    return ImportConfig(targets=(), one_part=settings.one_part, data_span_limit=settings.data_span_limit,
                         inline_index=settings.inline_index, skip_videos=settings.skip_videos).output_options()
 
 
@@ -64,7 +65,7 @@ class FilePlan:
     reason: str
     episodes: int
     parts: int  # to write (import), kept (unchanged) or to remove (removed)
-    data_bytes: int  # bytes of data files its parts span (import)
+    data_bytes: int  # bytes of data its parts' episodes take (import)
     video_files: tuple[str, ...] = ()
     problem: Optional[str] = None  # why importing it would fail, as far as planning can tell
     sources: Optional[sources.EpisodesFileSources] = dataclasses.field(default=None, compare=False, repr=False)
@@ -154,7 +155,8 @@ def plan_dataset(root: str, out: str, options: dict[str, Any], *, force: bool = 
     decisions, media = decide_run(scanned.files, previous, scanned.listing.token,
                                   dataset_file=lambda rel: storage.join(root, rel),
                                   inline_index=bool(options.get("inline_index")), force=force)
-    files = tuple(_file_plan(scanned, d, options) for d in decisions)
+    layouts: dict[str, Optional[RowGroupLayout]] = {}
+    files = tuple(_file_plan(scanned, d, options, layouts) for d in decisions)
     used = sorted({v for f in files if f.action == sources.IMPORT for v in f.video_files})
     mp4s = tuple(sorted(media.to_read))
     data_files = {d for f in files if f.action == sources.IMPORT and f.sources for d in f.sources.data_files}
@@ -184,7 +186,7 @@ def _unplannable(root: str, out: str, options: dict[str, Any], problem: str) -> 
 
 
 def _file_plan(scanned: sources.DatasetSources, decision: sources.EpisodesFileDecision,
-               options: dict[str, Any]) -> FilePlan:
+               options: dict[str, Any], layouts: dict[str, Optional[RowGroupLayout]]) -> FilePlan:
     src, prev = decision.sources, decision.previous or {}
     if decision.action != sources.IMPORT:
         return FilePlan(decision.episodes_file, decision.action, decision.reason, int(prev.get("episodes") or 0),
@@ -193,8 +195,9 @@ def _file_plan(scanned: sources.DatasetSources, decision: sources.EpisodesFileDe
     if problem is None:
         try:
             rows = src.rows if src.rows is not None else _read_rows(scanned.root, scanned.info, src.episodes_file)
-            plans = plan_parts(rows, lambda f: _listed_size(scanned.listing, f), limit=int(options["data_span_limit"]),
-                               in_parts=bool(options["read_in_parts"]), file=src.episodes_file)
+            plans = plan_parts(rows, lambda f: _listed_size(scanned.listing, f),
+                               lambda f: _layout(scanned, f, layouts), limit=int(options["data_span_limit"]),
+                               one_part=bool(options["one_part"]), file=src.episodes_file)
             episodes, parts, data_bytes = len(rows), len(plans), sum(p.data_bytes for p in plans)
         except LeRobotImportError as ex:
             problem = str(ex)
@@ -203,8 +206,15 @@ def _file_plan(scanned: sources.DatasetSources, decision: sources.EpisodesFileDe
 
 
 def _read_rows(root: str, info: DatasetInfo, rel: str):
-    raw = storage.read_bytes(storage.dataset_file(root, rel), what="episodes file", file=rel)
-    return read_episode_rows(raw, info, file=rel)
+    return read_episodes_file(root, rel, info)
+
+
+def _layout(scanned: sources.DatasetSources, rel: str,
+            layouts: dict[str, Optional[RowGroupLayout]]) -> Optional[RowGroupLayout]:
+    """A data file's row-group layout, its footer read once per plan (the import reads it the same way)."""
+    if rel not in layouts:
+        layouts[rel] = read_row_group_layout(scanned.root, rel, scanned.info)
+    return layouts[rel]
 
 
 def _listed_size(listing: sources.SourceListing, rel: str) -> int:
@@ -271,7 +281,7 @@ def run(argv: Optional[Sequence[str]] = None) -> int:
     args, _beam_options = ap.parse_known_args(argv)
     if not args.output:
         ap.error("the following arguments are required: --output")
-    settings = PlanSettings(read_in_parts=args.read_in_parts, data_span_limit=args.data_span_limit,
+    settings = PlanSettings(one_part=args.one_part, data_span_limit=args.data_span_limit,
                             inline_index=args.inline_index, skip_videos=args.skip_videos, force=args.force)
     options = output_options(settings)
     plans = [plan_dataset(root, out, options, force=settings.force)

@@ -583,7 +583,8 @@ CASES: list[HostileCase] = [
     _c("data_timestamp_backwards", _data_timestamps(DATA_00, _swap_first_timestamps_of_ep0), "timestamps",
        {E00}, DATA_00, 0, words=["backwards"],),
     _c("data_symlink_outside", _symlink_outside(DATA_11), "path_outside_root", {E20}, DATA_11),
-    _c("data_span_limit", _nothing, "data_span", {E01, E20}, None, extra_args=("--data-span-limit", "10000")),
+    _c("data_span_limit", _nothing, "data_span", {E01, E20}, None,
+       extra_args=("--one-part", "--data-span-limit", "10000")),
 
     # ---- MP4s (both used by E20 only) ----------------------------------------------------------
     _c("mp4_truncated_in_moov_at_end", _edit_mp4(TOP_20, _truncate_inside_moov), "mp4_structure", {E20},

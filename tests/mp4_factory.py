@@ -502,3 +502,51 @@ def set_sample_entry_type(data: bytes, fourcc: bytes) -> bytes:
         stsd = stbl_of(moov).find("stsd")
         stsd.payload = stsd.payload[:12] + fourcc + stsd.payload[16:]
     return edit_moov(data, edit)
+
+
+def synthetic_mp4(path: str | os.PathLike, base: bytes, sample_sizes: np.ndarray, *, keyframe_every: int = 2,
+                  keyframes: Optional[np.ndarray] = None, chunk_samples: int = 30) -> Path:
+    """A sparse MP4 shaped like a long encoded video without encoding it: `base`'s video track (its sample
+    entry, timescale and frame duration) with one sample per entry of `sample_sizes`, a keyframe where
+    `keyframes` is true (else every `keyframe_every` samples: LeRobot's g=2), chunks of `chunk_samples`
+    samples, the moov first (faststart) and the mdat declared but never written (zeros, sparse on disk).
+    The import reads only the moov; a decoder would see garbage."""
+    sizes = np.asarray(sample_sizes, dtype=np.int64)
+    count = len(sizes)
+    boxes = parse_file(base)
+    ftyp = next(b for b in boxes if b.type == b"ftyp")
+    moov = next(b for b in boxes if b.type == b"moov")
+    trak = video_traks(moov)[0]
+    moov.children = [c for c in moov.children if c.type != b"trak" or c is trak]
+    stbl = trak.find("mdia/minf/stbl")
+    delta = struct.unpack_from(">I", stbl.find("stts").payload, 12)[0]
+    stbl.children = [c for c in stbl.children if c.type not in (b"ctts", b"stz2", b"sdtp", b"sgpd", b"sbgp")]
+    stbl.find("stts").payload = full(0) + struct.pack(">III", 1, count, delta)
+    stbl.find("stsz").payload = full(0) + struct.pack(">II", 0, count) + sizes.astype(">u4").tobytes()
+    set_stss(stbl, (np.flatnonzero(keyframes) + 1).tolist() if keyframes is not None
+             else range(1, count + 1, keyframe_every))
+    chunks = (count + chunk_samples - 1) // chunk_samples
+    last = count - (chunks - 1) * chunk_samples
+    runs = [(1, chunk_samples)] + ([(chunks, last)] if last != chunk_samples else [])
+    stbl.find("stsc").payload = full(0) + struct.pack(">I", len(runs)) + b"".join(
+        struct.pack(">III", first, n, 1) for first, n in runs)
+    ticks = count * delta
+    for name, offsets in (("mdia/mdhd", (16, 24)), ("tkhd", (20, 28))):  # the duration field (version 0, 1)
+        box = trak.find(name)
+        v1 = box.payload[0] == 1
+        at, field = offsets[v1], struct.pack(">Q", ticks) if v1 else struct.pack(">I", min(ticks, 0xFFFFFFFF))
+        box.payload = box.payload[:at] + field + box.payload[at + len(field):]
+    trak.children = [c for c in trak.children if c.type != b"edts"]
+    co = _chunk_offset_boxes(moov)[0]
+    chunk_bytes = np.add.reduceat(sizes, np.arange(0, count, chunk_samples))
+    write_chunk_offsets(co, [0] * chunks, as_co64=True)
+    data_start = len(ftyp.serialize()) + len(moov.serialize()) + 16
+    offsets = data_start + np.concatenate([[0], np.cumsum(chunk_bytes)[:-1]])
+    co.payload = co.payload[:8] + offsets.astype(">u8").tobytes()
+    total = int(sizes.sum())
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "wb") as f:
+        f.write(ftyp.serialize() + moov.serialize() + struct.pack(">I4sQ", 1, b"mdat", 16 + total))
+        f.truncate(data_start + total)
+    return path

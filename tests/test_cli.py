@@ -19,8 +19,8 @@ from tests.helpers import REPO, SAMPLE, lerobot_dataset, read_errors, read_manif
 from pipelines import import_lerobot
 from pipelines.cli import import_parser
 
-IMPORT_OPTIONS = ("--dataset", "--datasets", "--output", "--force", "--read-in-parts", "--data-span-limit",
-                  "--inline-index", "--skip-videos")
+IMPORT_OPTIONS = ("--dataset", "--datasets", "--output", "--force", "--one-part", "--read-in-parts",
+                  "--data-span-limit", "--inline-index", "--skip-videos")
 
 
 @pytest.fixture(autouse=True)
@@ -54,12 +54,15 @@ def test_help_lists_every_import_option_with_meaning_and_default(capsys):
         assert option in text, option
     flat = " ".join(text.split())  # argparse wraps the help texts
     # each option: one meaning, and its default where it has one
-    assert "--data_span_limit BYTES, --data-span-limit BYTES Bytes of data files one part may span. Default: " \
-           "67108864 (64 MiB, the reference's limit)." in flat
+    assert "--data_span_limit BYTES, --data-span-limit BYTES Bytes of its episodes' data one part may hold (with " \
+           "--one-part: bytes of data files an episodes file may span). Default: 67108864 (64 MiB, the reference's " \
+           "limit)." in flat
     assert "(same files, same options). Default: skip them." in flat
     assert "Default: once per MP4 under media_index/." in flat
     assert "Default: cameras are imported and a missing MP4 fails its episodes file." in flat
-    assert "Default: such a file fails with rule data_span." in flat
+    assert ("Default: episodes files are written in ordered parts of whole episodes, each holding at most "
+            "--data-span-limit bytes of its episodes' own data.") in flat
+    assert "--read_in_parts, --read-in-parts Deprecated, does nothing: reading in parts is the default" in flat
     assert "Output root, a local path or a URL (required)" in flat
 
 

@@ -41,8 +41,8 @@ def imported(request, tmp_path_factory):
     tmp = tmp_path_factory.mktemp(name)
     root = _reference_ready(name, next(p for p in DATASETS if p.name == name), tmp)
     inline, default = tmp / "inline", tmp / "default"
-    assert run_import(root, inline, "--inline-index") == 0, (inline / "errors.jsonl").read_text()
-    assert run_import(root, default) == 0, (default / "errors.jsonl").read_text()
+    assert run_import(root, inline, "--one-part", "--inline-index") == 0, (inline / "errors.jsonl").read_text()
+    assert run_import(root, default, "--one-part") == 0, (default / "errors.jsonl").read_text()
     return name, root, inline, default
 
 

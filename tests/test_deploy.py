@@ -46,6 +46,7 @@ GOOD = {
                  "@gs://my-bucket/lists/datasets.txt": "@gs://my-bucket/lists/datasets.txt"},
     "output": {"gs://my-bucket/imports": "gs://my-bucket/imports", "gs://my-bucket/": "gs://my-bucket/"},
     "force": {"true": True, "false": False},
+    "one_part": {"true": True, "false": False},
     "read_in_parts": {"true": True, "false": False},
     "inline_index": {"true": True, "false": False},
     "skip_videos": {"true": True, "false": False},
@@ -58,6 +59,7 @@ BAD = {
                  "/local/*", "gs://bkt/a b"],
     "output": ["", "out", "/tmp/out", "gs://", "gs://bkt/*", "gs://bkt/a,gs://bkt/b", "s3://bkt/out"],
     "force": ["", "True", "1", "yes", "on", "true "],
+    "one_part": ["", "TRUE", "0", "y"],
     "read_in_parts": ["", "TRUE", "0", "y"],
     "inline_index": ["", "False", "no"],
     "skip_videos": ["", "t", "f"],
@@ -172,7 +174,7 @@ def test_accepted_values_parse_as_pipeline_options(name):
 
 def test_flags_left_out_keep_their_defaults():
     options = parse_template_parameters({"dataset": "gs://bkt/ds", "output": "gs://bkt/out"})
-    assert (options.read_in_parts, options.inline_index, options.skip_videos, options.force) == (False,) * 4
+    assert (options.one_part, options.inline_index, options.skip_videos, options.force) == (False,) * 4
     assert options.dataset == ["gs://bkt/ds"]
 
 
@@ -216,7 +218,7 @@ def test_launch_parameters_are_valid_template_parameters():
     options = parse_template_parameters(params)
     assert options.datasets == "gs://lerobot-test/lerobot/*"
     assert options.output == "gs://lerobot-test/imports"
-    assert (options.read_in_parts, options.inline_index) == (True, False)
+    assert (options.one_part, options.inline_index) == (False, False)
 
 
 def test_launch_body_matches_what_cloud_build_publishes():
@@ -284,7 +286,7 @@ def test_dag_params_defaults_are_valid_template_values():
     declared = parameters()
     for name, value in values.items():
         assert matches_all(declared[name]["regexes"], value), (name, value)
-    assert parse_template_parameters(values).read_in_parts is True
+    assert parse_template_parameters(values).one_part is False
 
 
 # --- Dockerfile ----------------------------------------------------------------------------------

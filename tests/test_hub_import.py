@@ -174,7 +174,7 @@ def test_data_file_is_read_by_the_slices_each_part_needs(tmp_path):
     assert pq.ParquetFile(root / data_rel).num_row_groups == 4 and size > 1_500_000
     with HubStandIn() as standin, standin.configure():
         standin.add_dataset("test/one_data_file", root)
-        assert run_import("hf://datasets/test/one_data_file", tmp_path / "out", "--read-in-parts") == 0
+        assert run_import("hf://datasets/test/one_data_file", tmp_path / "out") == 0
         reads = [r for r in standin.requests if r.file == data_rel and r.bytes_sent]
     assert read_manifest(tmp_path / "out")["totals"]["episodes_written"] == 4
     assert len(reads) >= 4 and all(r.range for r in reads)

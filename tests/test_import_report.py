@@ -107,8 +107,10 @@ def test_mp4s_under_a_sibling_folder_are_named_and_skip_videos_is_said_once(tmp_
 def test_manifest_records_each_part_size_rows_and_digest(tmp_path):
     root = write_dataset(tmp_path / "ds", DatasetSpec(lengths=(4, 6, 5, 3), episodes_per_data_file=2))
     out = tmp_path / "out"
-    limit = max(p.stat().st_size for p in (root / "data").rglob("*.parquet"))  # one data file per part
-    assert run_import(root, out, "--read-in-parts", "--data-span-limit", str(limit)) == 0
+    md = pq.ParquetFile(root / "data" / "chunk-000" / "file-000.parquet").metadata
+    limit = sum(md.row_group(g).column(j).total_compressed_size  # episodes 0-1's bytes: a part per data file
+                for g in range(md.num_row_groups) for j in range(md.num_columns))
+    assert run_import(root, out, "--data-span-limit", str(limit)) == 0
     entry = read_manifest(out)["episodes_files"][FILE0]
     assert [p["path"] for p in entry["part_files"]] == entry["parts"] and len(entry["parts"]) == 2
     for record in entry["part_files"]:

@@ -25,7 +25,7 @@ def test_running_twice_into_the_same_output_gives_identical_files(tmp_path):
     assert run_import(root, out) == 0
     assert output_files(out) == first
     # And a run in parts replaces the single-part output without leaving it behind.
-    assert run_import(root, out, "--read-in-parts", "--data-span-limit", "1") == 0
+    assert run_import(root, out, "--data-span-limit", "1") == 0
     names = sorted(k for k in output_files(out) if k.startswith("episodes/"))
     assert names == ["episodes/chunk-000/file-000.part-0000.parquet", "episodes/chunk-000/file-000.part-0001.parquet",
                      "episodes/chunk-000/file-001.part-0000.parquet", "episodes/chunk-000/file-001.part-0001.parquet"]

@@ -104,13 +104,14 @@ def test_a_touched_data_file_plans_the_files_that_read_it(tmp_path):
 def test_parts_and_the_data_span_limit(tmp_path):
     root = write_metadata_dataset(tmp_path / "ds", episodes=100, episodes_per_data_file=10)
     per_file = 10 * 150 * DATA_BYTES_PER_FRAME  # each episodes file spans 5 data files of this size
-    options = plan.output_options(plan.PlanSettings(read_in_parts=True, data_span_limit=2 * per_file))
+    # The data files are sparse, not Parquet: without a footer, a file's size is spread over its episodes.
+    options = plan.output_options(plan.PlanSettings(data_span_limit=2 * per_file))
     p = plan.plan_dataset(str(root), str(tmp_path / "out"), options)
     assert (p.parts, p.data_bytes) == (2 * 3, 2 * 5 * per_file)
-    strict = plan.output_options(plan.PlanSettings(data_span_limit=2 * per_file))
+    strict = plan.output_options(plan.PlanSettings(one_part=True, data_span_limit=2 * per_file))
     p = plan.plan_dataset(str(root), str(tmp_path / "out"), strict)
     assert all(f.problem.startswith("[data_span] ") for f in p.files)
-    assert "rerun with --read-in-parts" in plan.render(p)
+    assert "import without --one-part to write this episodes file in parts" in plan.render(p)
 
 
 def test_plan_after_a_real_import(tmp_path):

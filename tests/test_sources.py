@@ -17,7 +17,7 @@ from transforms import storage
 from transforms.lerobot import sources
 from transforms.lerobot.sources import IMPORT, REMOVED, UNCHANGED
 
-OPTIONS = {"read_in_parts": False, "data_span_limit": 64 * 1024 * 1024, "inline_index": False, "skip_videos": False}
+OPTIONS = {"one_part": False, "data_span_limit": 64 * 1024 * 1024, "inline_index": False, "skip_videos": False}
 EF = "meta/episodes/chunk-000/file-{:03d}.parquet"
 DATA = "data/chunk-000/file-{:03d}.parquet"
 

@@ -69,7 +69,7 @@ def test_reference_accepts_and_import_matches(case, tmp_path, oracle_dir):
 
     # The reference accepts it, and our inline-index import gives its exact values.
     out = tmp_path / "out"
-    assert run_import(root, out, "--inline-index") == 0, (out / "errors.jsonl").read_text()
+    assert run_import(root, out, "--one-part", "--inline-index") == 0, (out / "errors.jsonl").read_text()
     rel = "meta/episodes/chunk-000/file-000.parquet"
     reference = run_oracle(root, rel, oracle_dir)
     ours = pq.read_table(out / "episodes" / "chunk-000" / "file-000.parquet")

@@ -41,7 +41,7 @@ def test_frames_read_correctly_without_videos(tmp_path, oracle_dir):
     """With the video features removed, the frames equal the data file's values and the reference's."""
     copy = _frames_only_copy(tmp_path)
     out = tmp_path / "out"
-    assert run_import(copy, out) == 0
+    assert run_import(copy, out, "--one-part") == 0
     part = read_part(out)
     data = pq.read_table(copy / "data" / "chunk-000" / "file-000.parquet")
     frames = part.column("frames").combine_chunks().flatten()

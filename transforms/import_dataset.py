@@ -34,7 +34,7 @@ from transforms.episode.quirks import ClipSpan, WarningRecord
 from transforms.errors import LeRobotImportError
 from transforms.lerobot import episodes_files as episodes_metadata
 from transforms.lerobot import fingerprint as dataset_fingerprint
-from transforms.lerobot import sources
+from transforms.lerobot import data_files, sources
 from transforms.lerobot.dataset import check_dataset, list_episodes_files
 from transforms.lerobot.info import EPISODES_DIR, DatasetInfo
 from transforms.media_files import ReadMp4Facts
@@ -305,8 +305,9 @@ class PlannedFiles(NamedTuple):
 
 
 class PlanEpisodesFiles(beam.PTransform):
-    """Read each episodes file and plan its parts: whole episodes in row order, each part spanning at
-    most the data-span limit with `--read-in-parts` (else one part, or the data_span error).
+    """Read each episodes file and plan its parts: whole episodes in row order, each part holding at most
+    the data-span limit of its episodes' own data, sized from the data files' footers (with `--one-part`:
+    one part, or the data_span error).
 
     Per episode only a few small values leave this step; its full row travels once, in its part's
     header. An episode_index listed by several rows of the dataset's episodes files fails each of
@@ -341,6 +342,7 @@ class _PlanEpisodesFile(beam.DoFn):
 
     def setup(self) -> None:
         self._sizes: dict[tuple[str, str], int] = {}
+        self._layouts: dict[tuple[str, str], Optional[episodes_metadata.RowGroupLayout]] = {}
 
     def _data_file_size(self, root: str, rel: str) -> int:
         """A data file's size, asked of storage once per worker: many episodes files share a data file."""
@@ -349,22 +351,40 @@ class _PlanEpisodesFile(beam.DoFn):
             self._sizes[key] = storage.file_size(storage.dataset_file(root, rel), what="data file", file=rel)
         return self._sizes[key]
 
+    def _layout(self, root: str, rel: str, info: DatasetInfo) -> Optional[episodes_metadata.RowGroupLayout]:
+        """A data file's row-group layout, from its footer read once per worker."""
+        key = (root, rel)
+        if key not in self._layouts:
+            self._layouts[key] = data_files.read_row_group_layout(root, rel, info)
+        return self._layouts[key]
+
     def process(self, element: tuple[str, str]) -> Iterator:
         root, rel = element
-        raw = None
-        try:
-            raw = storage.read_bytes(storage.dataset_file(root, rel), what="episodes file", file=rel)
-            info = load_info(root, skip_videos=self._config.skip_videos)
-            rows = episodes_metadata.read_episode_rows(raw, info, file=rel)
-            parts = episodes_metadata.plan_parts(rows, lambda f: self._data_file_size(root, f),
-                                                 limit=self._config.data_span_limit,
-                                                 in_parts=self._config.read_in_parts, file=rel)
-        except LeRobotImportError as ex:
-            episodes = episodes_metadata.episode_indices(raw) if raw is not None else ()
-            outcome = failed_file(root, rel, episodes, [error_record(ex, dataset=root, episodes_file=rel)])
-            yield beam.pvalue.TaggedOutput("reports", (root, DatasetReport(outcomes=(outcome,))))
+        planned = self._plan(root, rel)
+        if isinstance(planned, DatasetReport):
+            yield beam.pvalue.TaggedOutput("reports", (root, planned))
             return
-        yield from _plan_messages(root, rel, info, rows, parts)
+        yield from _plan_messages(root, rel, *planned)
+
+    def _plan(self, root: str, rel: str) -> tuple | DatasetReport:
+        """(info, rows, parts) of an episodes file, or the report of its failure (every episode accounted)."""
+        source = None
+        try:
+            source = episodes_metadata.open_episodes_file(root, rel)
+            info = load_info(root, skip_videos=self._config.skip_videos)
+            rows = episodes_metadata.read_episode_rows(source, info, file=rel)
+            parts = episodes_metadata.plan_parts(rows, lambda f: self._data_file_size(root, f),
+                                                 lambda f: self._layout(root, f, info),
+                                                 limit=self._config.data_span_limit,
+                                                 one_part=self._config.one_part, file=rel)
+            return info, rows, parts
+        except LeRobotImportError as ex:
+            episodes = episodes_metadata.episode_indices(source) if source is not None else ()
+            return DatasetReport(outcomes=(failed_file(root, rel, episodes,
+                                                       [error_record(ex, dataset=root, episodes_file=rel)]),))
+        finally:
+            if source is not None and not isinstance(source, bytes):
+                source.close()
 
 
 def _plan_messages(root: str, rel: str, info: DatasetInfo, rows: Sequence[episodes_metadata.EpisodeRow],
@@ -379,7 +399,8 @@ def _plan_messages(root: str, rel: str, info: DatasetInfo, rows: Sequence[episod
             yield beam.pvalue.TaggedOutput("episode_ids", ((root, row.episode_index), rel))
         for mp4, use in clip_uses(key, part_rows, info):
             yield beam.pvalue.TaggedOutput("clip_uses", ((root, mp4), use))
-    warnings = quirks.clip_end_warnings(root, rel, rows, info.fps)
+    warnings = quirks.clip_end_warnings(root, rel, rows, info.fps) + quirks.oversized_episode_warnings(
+        root, rel, rows, parts)
     if warnings:
         yield beam.pvalue.TaggedOutput("reports", (root, DatasetReport(warnings=tuple(warnings))))
 

@@ -38,7 +38,7 @@ class ImportConfig:
     """What one pipeline run imports and how; pickled into every DoFn."""
 
     targets: tuple[tuple[str, str], ...]  # (dataset root URI, output root URI)
-    read_in_parts: bool = False
+    one_part: bool = False  # the reference's one part per episodes file (else ordered parts)
     data_span_limit: int = DATA_SPAN_LIMIT
     inline_index: bool = False
     skip_videos: bool = False
@@ -48,7 +48,7 @@ class ImportConfig:
 
     def output_options(self) -> dict:
         """The options that change what an import writes (a previous import with others is not reused)."""
-        return {"read_in_parts": self.read_in_parts, "data_span_limit": self.data_span_limit,
+        return {"one_part": self.one_part, "data_span_limit": self.data_span_limit,
                 "inline_index": self.inline_index, "skip_videos": self.skip_videos}
 
     def output_of(self, dataset: str) -> str:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import logging
+import sys
 from collections import OrderedDict
 from typing import Iterable, Iterator, Optional, Sequence
 
@@ -40,8 +41,11 @@ _LOG = logging.getLogger(__name__)
 class WriteParts(beam.PTransform):
     """Write each part under a temporary name: its episodes' frames, typed, with their clips.
 
-    The frames are read here, from only the row groups the part's episodes need; a worker keeps its
-    last few data files open, so parts sharing a data file read its footer and `index` once. Frames
+    The frames are read here, from only the row groups the part's episodes need. Parts that share a row
+    group (one holding rows of several parts: data files written with few, large row groups) form one
+    read unit, written one part after the other by one worker, which keeps the row group it read last:
+    each row group is read once per run, and a worker holds one part's frames at a time. A worker keeps
+    its last few data files open, so parts sharing a data file read its footer and `index` once. Frames
     never cross a shuffle: only plans, paths and MP4 facts do.
 
     Args:
@@ -59,12 +63,39 @@ class WriteParts(beam.PTransform):
     def expand(self, inputs):
         written = (inputs
                    | "GroupByPart" >> beam.GroupByKey()
-                   | "Write" >> guarded(_WritePart(self._config), main="results"))
-        bugs = written.bad | "PartBugs" >> beam.Map(_part_bug)
+                   | "ByReadUnit" >> beam.MapTuple(by_read_unit)
+                   | "GroupByReadUnit" >> beam.GroupByKey()
+                   | "Write" >> guarded(_WriteParts(self._config), main="results"))
+        bugs = written.bad | "PartBugs" >> beam.FlatMap(_unit_bug)
         return (written.results, bugs) | "PartResults" >> beam.Flatten()
 
 
-class _WritePart(beam.DoFn):
+def read_unit_key(part_key: tuple[str, str, int], inputs: PartInputs) -> tuple[str, str, int]:
+    """The read unit of a part: (root, data file, -1) for the parts sharing row groups of that data file,
+    else the part's own key."""
+    root = part_key[0]
+    if len(inputs.headers) == 1 and inputs.headers[0].plan.read_unit:
+        return root, inputs.headers[0].plan.read_unit, -1
+    return part_key
+
+
+def by_read_unit(part_key: tuple[str, str, int], messages: Iterable[PartInputs]) -> tuple[tuple, tuple]:
+    """(read unit, (part key, the part's merged inputs))."""
+    inputs = PartInputs.merge(messages)
+    return read_unit_key(part_key, inputs), (part_key, inputs)
+
+
+def unit_order(unit: tuple[str, str, int], part: tuple[tuple[str, str, int], PartInputs]) -> tuple:
+    """Where a part's rows begin in its read unit's data file: its parts are written in that order, so the
+    row group two neighbours share is the last one read."""
+    key, inputs = part
+    if len(inputs.headers) != 1:
+        return (-1, key)
+    starts = [r.from_index for r in inputs.headers[0].rows if r.data_file == unit[1] and r.length]
+    return (min(starts) if starts else -1, key)
+
+
+class _WriteParts(beam.DoFn):
     MAX_OPEN_FILES = 4
 
     def __init__(self, config: ImportConfig) -> None:
@@ -91,13 +122,21 @@ class _WritePart(beam.DoFn):
                 self._readers.popitem(last=False)[1].close()
         return self._readers[key]
 
-    def process(self, element: tuple[tuple, Iterable[PartInputs]]) -> Iterator[tuple[tuple[str, str], FileInputs]]:
-        (root, rel, part), messages = element
-        inputs = PartInputs.merge(messages)
+    def process(self, element: tuple[tuple, Iterable[tuple[tuple, PartInputs]]]
+                ) -> Iterator[tuple[tuple[str, str], FileInputs]]:
+        unit, parts = element
+        for key, inputs in sorted(parts, key=lambda part: unit_order(unit, part)):
+            try:
+                yield self._write_part(key, inputs)
+            except Exception:  # noqa: BLE001 - one part's unexpected failure fails that part alone, as the
+                # safety net would if the part were an element of its own
+                yield _part_bug(key, inputs, sys.exc_info())
+
+    def _write_part(self, key: tuple[str, str, int], inputs: PartInputs) -> tuple[tuple[str, str], FileInputs]:
+        root, rel, part = key
         header = _header(inputs, part, rel)
         if inputs.failures:
-            yield (root, rel), _failed_part(header, inputs.failures)
-            return
+            return (root, rel), _failed_part(header, inputs.failures)
         info = load_info(root, skip_videos=self._config.skip_videos)
         frames, errors = self._read_frames(root, info, header.rows)
         if not errors:
@@ -108,9 +147,10 @@ class _WritePart(beam.DoFn):
             except LeRobotImportError as ex:  # a clip time that does not fit, found while typing the clips
                 errors = [ex.with_context(file=rel)]
         if errors:
-            yield (root, rel), _failed_part(header, [error_record(e, dataset=root, episodes_file=rel) for e in errors])
-            return
-        yield (root, rel), self._write(header, table, sum(len(f) for f in frames.values()))
+            return (root, rel), _failed_part(header, [error_record(e, dataset=root, episodes_file=rel) for e in errors])
+        n_frames = sum(len(f) for f in frames.values())
+        del frames  # the typed table holds them now
+        return (root, rel), self._write(header, table, n_frames)
 
     def _read_frames(self, root: str, info: DatasetInfo, rows) -> tuple[dict, list[LeRobotImportError]]:
         """Each episode's typed frames by row position, and the errors met instead."""
@@ -163,14 +203,20 @@ def _failed_part(header: PartHeader, failures: Iterable[FailureRecord]) -> FileI
     return _part_result(header, failures=tuple(sorted(set(failures), key=FailureRecord.sort_key)))
 
 
-def _part_bug(bad) -> tuple[tuple[str, str], FileInputs]:
-    ((root, rel, part), messages), exc_info = bad
+def _part_bug(key: tuple[str, str, int], inputs: PartInputs, exc_info) -> tuple[tuple[str, str], FileInputs]:
+    root, rel, part = key
     _LOG.error("writing part %d of %s of %s failed unexpectedly: %s", part, rel, root, exc_info[1])
     bug = internal_record(exc_info, dataset=root, episodes_file=rel)
-    headers = PartInputs.merge(messages).headers
-    if headers:
-        return (root, rel), _failed_part(headers[0], [bug])
+    if inputs.headers:
+        return (root, rel), _failed_part(inputs.headers[0], [bug])
     return (root, rel), FileInputs(results=(PartResult(root, rel, part, 1, (), failures=(bug,)),))
+
+
+def _unit_bug(bad) -> Iterator[tuple[tuple[str, str], FileInputs]]:
+    """A read unit whose writing raised outside any one part: each of its parts fails with the error."""
+    (_, parts), exc_info = bad
+    for key, inputs in parts:
+        yield _part_bug(key, inputs, exc_info)
 
 
 # ---- CommitEpisodesFiles -----------------------------------------------------------------------

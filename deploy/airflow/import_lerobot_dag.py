@@ -27,7 +27,7 @@ IMAGE = f"{REGION}-docker.pkg.dev/{PROJECT}/lerobot/lerobot-import:latest-build"
 PARAMETERS = {
     "datasets": "{{ params.datasets }}",
     "output": "{{ params.output }}",
-    "read_in_parts": "{{ params.read_in_parts }}",
+    "one_part": "{{ params.one_part }}",
     "inline_index": "{{ params.inline_index }}",
 }
 
@@ -35,7 +35,7 @@ PARAMETERS = {
 DEFAULT_PARAMS = {
     "datasets": f"gs://{BUCKET}/lerobot/*",
     "output": f"gs://{BUCKET}/imports",
-    "read_in_parts": "true",
+    "one_part": "false",
     "inline_index": "false",
 }
 

@@ -200,7 +200,7 @@ def split_for_append(full: Path, before: Path, *, new_files: int = 2) -> list[Pa
     from transforms.lerobot import sources
 
     shutil.copytree(full, before)
-    scanned = sources.scan_dataset(str(full), {"read_in_parts": False, "data_span_limit": 1 << 62,
+    scanned = sources.scan_dataset(str(full), {"one_part": False, "data_span_limit": 1 << 62,
                                                "inline_index": False, "skip_videos": False})
     held, kept = scanned.files[-new_files:], scanned.files[:-new_files]
     used_before = {f for src in kept for f in src.data_files + src.video_files}
@@ -274,7 +274,7 @@ def one_episodes_file(full: Path, root: Path) -> Path:
     """`full`'s info.json, first episodes file and the data files and MP4s it uses, as a dataset at `root`."""
     from transforms.lerobot import sources
 
-    scanned = sources.scan_dataset(str(full), {"read_in_parts": False, "data_span_limit": 1 << 62,
+    scanned = sources.scan_dataset(str(full), {"one_part": False, "data_span_limit": 1 << 62,
                                                "inline_index": False, "skip_videos": False})
     first = scanned.files[0]
     for rel in ("meta/info.json", first.episodes_file, *first.data_files, *first.video_files):

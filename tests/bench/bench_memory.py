@@ -2,13 +2,13 @@
 
     python tests/bench/bench_memory.py                         # 8 vs 32 episodes of 3,000 frames, float32[128] x 2
     python tests/bench/bench_memory.py --episodes 4 --frames 600 --quick
-    python tests/bench/bench_memory.py --layout single         # all episodes in ONE episodes file (+ --read-in-parts)
+    python tests/bench/bench_memory.py --layout single         # all episodes in ONE episodes file, in parts
 
 Generates (tests/bench/synth_dataset.py) a dataset of EPISODES episodes x FRAMES frames (one h264
 camera, state/action float32[DIM]) and one with 4x the episodes, same episode size. Layout "files"
 (default) is LeRobot's: a new episodes file, data file and MP4 every --per-file episodes, so 4x the
 episodes is 4x the files. Layout "single" puts every episode in one episodes file, one data file and one
-MP4 and imports with --read-in-parts --data-span-limit (one part per ~--per-file episodes).
+MP4 and imports with --data-span-limit (one part per ~--per-file episodes).
 
 Each import runs in a fresh subprocess, `python -m pipelines.import_lerobot ... --runner FnApiRunner`
 (in-process runner: that process IS the worker); its peak RSS is `ru_maxrss` from os.wait4 of that
@@ -132,7 +132,7 @@ def main(argv: Optional[list[str]] = None) -> int:
                 # One part per ~per-file episodes of data: the same part size at 1x and 4x.
                 data = sorted((ds / "data").rglob("*.parquet"))
                 limit = max(1, int(sum(p.stat().st_size for p in data) / n * args.per_file) + 1)
-                extra = ["--read-in-parts", "--data-span-limit", str(limit)]
+                extra = ["--data-span-limit", str(limit)]
             runs = []
             for i in range(max(1, args.repeat)):
                 out = work / f"out_{scale}x_{i}"

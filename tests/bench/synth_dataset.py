@@ -162,6 +162,59 @@ class Mp4Writer:
         self._template_in.close()
 
 
+class _DataWriter:
+    """A data file: one row group per episode written as it comes, or (`whole`) one row group for the whole
+    file written at the end; `size` is its bytes so far (estimated from the rows held when `whole`)."""
+
+    def __init__(self, path: Path, schema: pa.Schema, *, whole: bool) -> None:
+        self._path, self._schema, self._tables = path, schema, [] if whole else None
+        self._writer = None if whole else pq.ParquetWriter(path, schema, compression="snappy")
+
+    @property
+    def size(self) -> int:
+        if self._tables is None:
+            return self._path.stat().st_size
+        return sum(t.nbytes for t in self._tables)
+
+    def write_table(self, table: pa.Table) -> None:
+        if self._tables is None:
+            self._writer.write_table(table)
+        else:
+            self._tables.append(table)
+
+    def close(self) -> None:
+        if self._tables is None:
+            self._writer.close()
+            return
+        table = pa.concat_tables(self._tables)
+        pq.write_table(table, self._path, compression="snappy", row_group_size=max(1, table.num_rows))
+
+
+class SyntheticMp4Writer:
+    """An MP4 with the sample table the same clips would give (sizes, keyframes, timing), written as a sparse
+    file (mp4_factory.synthetic_mp4): the moov is real, the mdat zeros. For imports, which read only the
+    moov, at LeRobot's sizes (hundreds of MB of video) in no time; a decoder would see garbage."""
+
+    def __init__(self, path: Path, template: Clip, faststart: bool, sample_bytes: Optional[float] = None) -> None:
+        self.path, self._template = path, template.template
+        self._scale = sample_bytes / (template.nbytes / template.frames) if sample_bytes else 1.0
+        self._sizes: list[np.ndarray] = []
+        self._keys: list[np.ndarray] = []
+        self.ticks = self.samples = self.nbytes = 0
+
+    def append(self, clip: Clip) -> None:
+        sizes = np.maximum(1, np.round(np.array([len(p[0]) for p in clip.packets]) * self._scale)).astype(np.int64)
+        self._sizes.append(sizes)
+        self._keys.append(np.array([p[4] for p in clip.packets], bool))
+        self.ticks += clip.ticks
+        self.samples += clip.frames
+        self.nbytes += int(sizes.sum())
+
+    def close(self) -> None:
+        from tests.mp4_factory import synthetic_mp4
+        synthetic_mp4(self.path, self._template, np.concatenate(self._sizes), keyframes=np.concatenate(self._keys))
+
+
 # ------------------------------------------------------------------------------------------------
 # File numbering
 # ------------------------------------------------------------------------------------------------
@@ -200,7 +253,8 @@ def make_dataset(root: Union[str, os.PathLike], *, episodes: int = 10, frames: U
                  samples_per_mp4: Optional[int] = None, video_file_mb: float = 200.0, faststart: bool = True,
                  state_dim: int = 14, action_dim: int = 14, tasks: Sequence[str] = ("pick the cube", "place the cube"),
                  chunks_size: int = 1000, stats: bool = True, seed: int = 0, overwrite: bool = False,
-                 verbose: bool = False) -> Path:
+                 verbose: bool = False, synthetic_mp4s: bool = False, sample_bytes: Optional[float] = None,
+                 data_row_groups: str = "episode") -> Path:
     """Write a LeRobot v3 dataset at `root` and return `root`.
 
     * `frames`: frames per episode (an int) or one length per episode.
@@ -208,8 +262,15 @@ def make_dataset(root: Union[str, os.PathLike], *, episodes: int = 10, frames: U
       `data_file_mb` (LeRobot's `data_files_size_in_mb`, default 100);
     * MP4s roll over every `episodes_per_mp4` episodes, else before an episode that would take the file
       past `samples_per_mp4` samples, else past `video_file_mb` (LeRobot's default 200 MB);
-    * episodes files hold `episodes_per_meta_file` episodes each.
+    * episodes files hold `episodes_per_meta_file` episodes each;
+    * `synthetic_mp4s`: MP4s with the real sample tables but a sparse mdat (`SyntheticMp4Writer`), each
+      sample `sample_bytes` on average (default: the encoded clip's sizes), so size-based rolling behaves
+      as with real video;
+    * `data_row_groups`: "episode" (one row group per episode, LeRobot's recording writer) or "file" (one
+      row group per data file, as LeRobot's first v3 writer left a file it rewrote whole at each episode).
     """
+    if data_row_groups not in ("episode", "file"):
+        raise ValueError(f"data_row_groups: 'episode' or 'file', not {data_row_groups!r}")
     t_start = time.perf_counter()
     root = Path(root)
     if root.exists():
@@ -281,7 +342,9 @@ def make_dataset(root: Union[str, os.PathLike], *, episodes: int = 10, frames: U
                     writer = None
             if writer is None:
                 path = root / VIDEO_PATH.format(video_key=key, chunk_index=chunk, file_index=file)
-                writer = Mp4Writer(path, parts[0], faststart)
+                writer = (SyntheticMp4Writer(path, parts[0], faststart, sample_bytes) if synthetic_mp4s else
+                          Mp4Writer(path, parts[0], faststart))
+                path.parent.mkdir(parents=True, exist_ok=True)
                 files.append(path)
                 ts, n_in_file = 0.0, 0
             for c in parts:
@@ -315,7 +378,7 @@ def make_dataset(root: Union[str, os.PathLike], *, episodes: int = 10, frames: U
     for ep, length in enumerate(lengths):
         if writer is not None:
             full = (n_in_file >= episodes_per_data_file if episodes_per_data_file else
-                    path.stat().st_size >= data_file_mb * 1e6)
+                    writer.size >= data_file_mb * 1e6)
             if full:
                 writer.close()
                 chunk, file = _next_file(chunk, file, chunks_size)
@@ -323,7 +386,7 @@ def make_dataset(root: Union[str, os.PathLike], *, episodes: int = 10, frames: U
         if writer is None:
             path = root / DATA_PATH.format(chunk_index=chunk, file_index=file)
             path.parent.mkdir(parents=True, exist_ok=True)
-            writer = pq.ParquetWriter(path, schema, compression="snappy")
+            writer = _DataWriter(path, schema, whole=data_row_groups == "file")
             data_files.append(path)
             n_in_file = 0
         columns, st = [], {}

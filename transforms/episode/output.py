@@ -145,8 +145,8 @@ def commit_episodes_file(out_root: str, dataset: str, episodes_file: str, result
         storage.commit(r.tmp_uri, storage.join(out_root, path))
     for uri in stale_outputs(out_root, episodes_file, keep=written) + leftover_tmps(out_root, episodes_file):
         storage.remove(uri)
-    notes = tuple(f"part {r.part} holds one episode ({r.episode_indices[0]}) whose data files span {r.data_bytes} "
-                  "bytes, over the part limit" for r in results if r.oversized)
+    notes = tuple(f"part {r.part} holds one episode ({r.episode_indices[0]}) whose frames take about {r.data_bytes} "
+                  "bytes of data, over the part limit" for r in results if r.oversized)
     part_files = tuple(PartFile(path, r.bytes, len(r.episode_indices), r.sha256) for r, path in zip(results, written))
     return FileOutcome(dataset=dataset, episodes_file=episodes_file, status="imported", parts=tuple(written),
                        episodes=len(episode_indices), episodes_written=len(episode_indices),

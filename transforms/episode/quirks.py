@@ -6,6 +6,7 @@ the manifest's `warnings` and counted in its totals, never an error.
     start_drift      a clip starts more than half a frame away from where the frames before it in its
                      MP4 end, so frame i of the episode is not the MP4's frame at from_timestamp + i / fps
     codec_mismatch   an MP4's video track holds another codec than info.json declares for its camera
+    oversized_episode  an episode's frames alone take more than the part limit: it is a part of its own
 """
 
 from __future__ import annotations
@@ -16,13 +17,14 @@ from typing import Any, Iterable, Optional, Sequence
 import pyarrow as pa
 
 from transforms.episode import spql_types
-from transforms.lerobot.episodes_files import EpisodeRow
+from transforms.lerobot.episodes_files import EpisodeRow, PartPlan
 
 #: warning id -> what it means; the id is what a manifest warning's `what` holds.
 WARNINGS: dict[str, str] = {
     "clip_end_short": "a clip ends before its episode's last frame ends (to_timestamp < from_timestamp + length / fps)",
     "start_drift": "a clip starts more than half a frame away from where the frames before it in its MP4 end",
     "codec_mismatch": "an MP4's video track holds another codec than info.json declares for its camera",
+    "oversized_episode": "an episode's frames alone take more than the part limit, so it is written as a part alone",
 }
 
 #: Sample-entry codes of an MP4 video track -> the codec names info.json uses.
@@ -169,3 +171,26 @@ def codec_warning(dataset: str, file: str, camera: str, declared: Optional[str],
     return WarningRecord(dataset, None, None, file, "codec_mismatch", f"declared {declared}, found {found}",
                          f"camera `{camera}`: info.json declares video.codec {declared}, but the video track of "
                          f"{file} is {found}; decoders should trust the file")
+
+
+def oversized_episode_warnings(dataset: str, episodes_file: str, rows: Sequence[EpisodeRow],
+                               parts: Sequence[PartPlan]) -> list[WarningRecord]:
+    """An `oversized_episode` warning per episode whose frames alone take more than the part limit: it is
+    written as a part of its own (which a reader reads whole to reach any of its frames).
+
+    Args:
+        dataset: the dataset root URI.
+        episodes_file: the episodes file the rows come from.
+        rows: its validated rows.
+        parts: its planned parts."""
+    by_position = {r.position: r for r in rows}
+    out = []
+    for plan in parts:
+        if not plan.oversized:
+            continue
+        row = by_position[plan.positions[0]]
+        out.append(WarningRecord(
+            dataset, episodes_file, row.episode_index, row.data_file, "oversized_episode", f"{plan.data_bytes} bytes",
+            f"episode {row.episode_index} takes about {plan.data_bytes:,} bytes of its data file, more than the "
+            f"{plan.limit:,} bytes of a part: it is written alone, as part {plan.part}"))
+    return out

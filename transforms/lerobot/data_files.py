@@ -18,7 +18,7 @@ import pyarrow.parquet as pq
 
 from transforms import storage
 from transforms.lerobot.info import DatasetInfo
-from transforms.lerobot.episodes_files import EpisodeRow, check_unique_columns
+from transforms.lerobot.episodes_files import EpisodeRow, RowGroupLayout, check_unique_columns, leaf_columns
 from transforms.errors import LeRobotImportError
 
 K = TypeVar("K")
@@ -66,6 +66,62 @@ def index_layout(index: pa.Array | pa.ChunkedArray, *, file: str) -> IndexLayout
         raise LeRobotImportError("index_not_consecutive", f"the data file's `index` column is not consecutive: row "
                                  f"{i + 1} holds {values[i + 1]} after {values[i]}", file=file)
     return IndexLayout(int(values[0]), len(values))
+
+
+def row_group_layout(pf: pq.ParquetFile, columns: Sequence[str], *, file: str) -> RowGroupLayout:
+    """A data file's row-group layout from its footer: rows and on-disk bytes (of `columns` and `index`)
+    per row group, and the first row's `index` (from the column's statistics; without them, from the
+    first row group's `index` column alone).
+
+    Args:
+        pf: the open data file.
+        columns: the feature columns the import reads.
+        file: the data file, relative to the dataset root, for messages."""
+    md = pf.metadata
+    leaves = leaf_columns(pf.schema_arrow, ["index", *columns], md.num_columns)
+    groups = [md.row_group(g) for g in range(md.num_row_groups)]
+    rows = np.array([g.num_rows for g in groups], np.int64)
+    group_bytes = np.array([sum(max(0, g.column(j).total_compressed_size) for j in leaves) for g in groups], np.int64)
+    first_index = 0
+    first_group = next((g for g in range(len(groups)) if rows[g]), None)
+    if first_group is not None:
+        index_leaf = leaf_columns(pf.schema_arrow, ["index"], md.num_columns)
+        stats = groups[first_group].column(index_leaf[0]).statistics if len(index_leaf) == 1 else None
+        if stats is not None and stats.has_min_max and isinstance(stats.min, int):
+            first_index = int(stats.min)
+        else:
+            index = pf.read_row_group(first_group, columns=["index"]).column("index")
+            try:
+                first_index = int(index[0].as_py())
+            except (TypeError, ValueError):
+                raise LeRobotImportError("column_type", f"the data file's `index` column is {index.type}, not "
+                                         "integers", file=file) from None
+    return RowGroupLayout(first_index, np.concatenate([[0], np.cumsum(rows)]).astype(np.int64), group_bytes)
+
+
+def read_row_group_layout(root: str, relative: str, info: DatasetInfo) -> Optional[RowGroupLayout]:
+    """The row-group layout of a data file, reading only its footer (and, without statistics, the first
+    row group's `index`); None when the file cannot be read as Parquet with an `index` column (the
+    import's read of the file reports why).
+
+    Args:
+        root: the dataset root URI.
+        relative: the data file, relative to the root.
+        info: the dataset's info.json (which feature columns the import reads)."""
+    try:
+        source = storage.open_counted(storage.dataset_file(root, relative), storage.ReadCounter(),
+                                      what="data file", file=relative)
+    except LeRobotImportError:
+        return None
+    try:
+        pf = pq.ParquetFile(source)
+        if "index" not in pf.schema_arrow.names:
+            return None
+        return row_group_layout(pf, [f.name for f in info.frame_features], file=relative)
+    except (LeRobotImportError, pa.ArrowException, OSError, ValueError, IndexError):
+        return None
+    finally:
+        source.close()
 
 
 @dataclasses.dataclass(frozen=True)
@@ -140,6 +196,9 @@ class DataFileReader:
         rows = [md.row_group(i).num_rows for i in range(md.num_row_groups)]
         self._groups = _RowGroups(np.concatenate([[0], np.cumsum(rows)]).astype(np.int64))
         self._pf = pf
+        # The last row group read, kept: the next episodes read (of this part or the next part of its
+        # read unit) begin in it when it holds rows of both, and it is then not read again.
+        self._last: Optional[tuple[int, pa.Table]] = None
 
     def read(self, episodes: Sequence[tuple[K, EpisodeRow]]) -> Iterator[SliceBatch[K]]:
         """Yield, batch by batch, the raw rows of every episode (or the error that stops it).
@@ -164,7 +223,44 @@ class DataFileReader:
                 continue
             planned.append((key, row, first, end))
         for batch in _batches(planned, self._groups, self._pf.metadata):
-            yield _read_batch(self._pf, self.relative, self._columns, self._groups, batch)
+            yield self._read_batch(batch)
+
+    def _read_batch(self, batch: list) -> SliceBatch:
+        """Read the row groups of a batch once and cut the rows its episodes span."""
+        pf, relative, columns, groups = self._pf, self.relative, self._columns, self._groups
+        spans = [(first, end) for _, _, first, end in batch if end > first]
+        if not spans:
+            empty = pa.table({c: pa.array([], pf.schema_arrow.field(c).type) for c in columns})
+            return SliceBatch(relative, empty, tuple(EpisodeSlice(key, row) for key, row, _, _ in batch))
+        lo, hi = min(f for f, _ in spans), max(e for _, e in spans)
+        g0, _ = groups.covering(lo, lo + 1)
+        _, g1 = groups.covering(hi - 1, hi)
+        try:
+            table = self._row_groups(g0, g1)
+        except (pa.ArrowException, OSError, ValueError) as ex:
+            message = f"reading row groups {g0}..{g1 - 1} of the data file failed: {ex}"
+            return SliceBatch(relative, None, tuple(
+                EpisodeSlice(key, row, error=LeRobotImportError("data_file", message, file=relative,
+                                                                episode_index=row.episode_index))
+                for key, row, _, _ in batch))
+        span = table.slice(lo - int(groups.starts[g0]), hi - lo)
+        # An episode without frames may lie outside the span: it gets an empty slice at its edge.
+        return SliceBatch(relative, span, tuple(
+            EpisodeSlice(key, row, min(max(first - lo, 0), hi - lo), end - first) for key, row, first, end in batch))
+
+    def _row_groups(self, g0: int, g1: int) -> pa.Table:
+        """Row groups g0..g1-1 (the feature columns), the first taken from the last read when it is that one;
+        the last of them is kept for the next read."""
+        starts = self._groups.starts
+        if self._last is not None and self._last[0] == g0:
+            kept = self._last[1]
+            table = kept if g1 == g0 + 1 else pa.concat_tables(
+                [kept, self._pf.read_row_groups(list(range(g0 + 1, g1)), columns=self._columns)])
+        else:
+            self._last = None  # freed before the next read, not after it
+            table = self._pf.read_row_groups(list(range(g0, g1)), columns=self._columns)
+        self._last = (g1 - 1, table.slice(int(starts[g1 - 1] - starts[g0])))
+        return table
 
     def close(self) -> None:
         if self._source is not None:
@@ -194,26 +290,3 @@ def _batches(planned: list, groups: _RowGroups, md) -> Iterator[list]:
                 g_hi = max(g_hi, g1)
     if batch:
         yield batch
-
-
-def _read_batch(pf, relative: str, columns: list[str], groups: _RowGroups, batch: list) -> SliceBatch:
-    """Read the row groups of a batch once and cut the rows its episodes span."""
-    spans = [(first, end) for _, _, first, end in batch if end > first]
-    if not spans:
-        empty = pa.table({c: pa.array([], pf.schema_arrow.field(c).type) for c in columns})
-        return SliceBatch(relative, empty, tuple(EpisodeSlice(key, row) for key, row, _, _ in batch))
-    lo, hi = min(f for f, _ in spans), max(e for _, e in spans)
-    g0, _ = groups.covering(lo, lo + 1)
-    _, g1 = groups.covering(hi - 1, hi)
-    try:
-        table = pf.read_row_groups(list(range(g0, g1)), columns=columns)
-    except (pa.ArrowException, OSError, ValueError) as ex:
-        message = f"reading row groups {g0}..{g1 - 1} of the data file failed: {ex}"
-        return SliceBatch(relative, None, tuple(
-            EpisodeSlice(key, row, error=LeRobotImportError("data_file", message, file=relative,
-                                                            episode_index=row.episode_index))
-            for key, row, _, _ in batch))
-    span = table.slice(lo - int(groups.starts[g0]), hi - lo)
-    # An episode without frames may lie outside the span: it gets an empty slice at its edge.
-    return SliceBatch(relative, span, tuple(
-        EpisodeSlice(key, row, min(max(first - lo, 0), hi - lo), end - first) for key, row, first, end in batch))

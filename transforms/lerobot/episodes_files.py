@@ -9,13 +9,14 @@ real datasets hold (`MAX_EPISODES_ROWS`, `MAX_EPISODES_BYTES`) is refused withou
 from __future__ import annotations
 
 import dataclasses
-from typing import Callable, Sequence
+from typing import BinaryIO, Callable, Optional, Sequence
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from transforms import storage
 from transforms.lerobot.info import DatasetInfo
 from transforms.errors import LeRobotImportError, quote, shorten
 from transforms.lerobot.span import DATA_SPAN_LIMIT  # noqa: F401 - the rule's limit, exported here as before
@@ -25,6 +26,9 @@ MAX_EPISODES_ROWS = 100_000
 #: Decompressed bytes of the columns the import reads from one episodes file (ids, ranges, timestamps
 #: and task strings: a few hundred bytes per episode in real files).
 MAX_EPISODES_BYTES = 64 * 1024 * 1024
+#: An episodes file up to this size is read whole, in one request; a larger one (LeRobot's per-episode
+#: statistics take kilobytes a row) is read by range: its footer and the columns the import uses only.
+WHOLE_READ_BYTES = 8 * 1024 * 1024
 #: Video timestamps (seconds into an MP4) at or above this do not fit the int64 nanoseconds a clip
 #: holds once offsets are added (2**62 ns, about 146 years).
 MAX_TIMESTAMP_S = 2.0 ** 62 / 1e9
@@ -56,18 +60,59 @@ class EpisodeRow:
 
 @dataclasses.dataclass(frozen=True)
 class PartPlan:
-    """The rows of one output part: whole episodes, in row order."""
+    """The rows of one output part: whole episodes, in row order.
+
+    `data_bytes` is what the part's episodes take of their data files (their share of the row groups
+    holding their rows). `read_unit` is the data file whose row groups the part shares with other parts
+    (a row group holding rows of several parts), "" when it shares none: the parts of one read unit are
+    written one after the other by one worker, so each row group is read once."""
 
     part: int
     positions: tuple[int, ...]
     data_files: tuple[str, ...]
     data_bytes: int
     limit: int = DATA_SPAN_LIMIT
+    read_unit: str = ""
 
     @property
     def oversized(self) -> bool:
-        """One episode whose data files alone pass the limit: a part of its own, reported."""
+        """One episode whose frames alone take more than the limit: a part of its own, reported."""
         return self.data_bytes > self.limit and len(self.positions) == 1
+
+
+@dataclasses.dataclass(frozen=True)
+class RowGroupLayout:
+    """Where a data file's bytes lie, from its footer alone: the `index` of its first row, the first row of
+    each row group (and the row count at the end) and each row group's bytes on disk (the columns the
+    import reads), enough to size a part by its episodes' own bytes without reading a page."""
+
+    first_index: int
+    starts: np.ndarray  # int64, one per row group plus the total row count
+    group_bytes: np.ndarray  # int64, one per row group
+
+    def rows(self, from_index: np.ndarray, to_index: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """The [first, end) rows of frame ranges, clamped into the file (an estimate: the write step
+        checks the ranges)."""
+        total = int(self.starts[-1])
+        first = np.clip(np.asarray(from_index, np.int64) - self.first_index, 0, total)
+        return first, np.clip(np.asarray(to_index, np.int64) - self.first_index, first, total)
+
+    def bytes_of(self, first: np.ndarray, end: np.ndarray) -> np.ndarray:
+        """Bytes of the rows [first, end): whole row groups, and a row group's bytes pro rata by rows where
+        a range holds only some of its rows."""
+        cumulative = np.concatenate([[0], np.cumsum(self.group_bytes)]).astype(np.float64)
+        return np.interp(end, self.starts, cumulative) - np.interp(first, self.starts, cumulative)
+
+    def shares(self, first: np.ndarray, end: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Per range of rows: whether its first row group begins before it, and whether its last row group
+        ends after it (the row group then holds rows of a neighbour too)."""
+        starts = self.starts
+        nonempty = end > first
+        g0 = np.searchsorted(starts, first, side="right") - 1
+        g1 = np.searchsorted(starts, end, side="left")
+        before = nonempty & (starts[np.clip(g0, 0, len(starts) - 1)] < first)
+        after = nonempty & (starts[np.clip(g1, 0, len(starts) - 1)] > end)
+        return before, after
 
 
 def _required_columns(info: DatasetInfo) -> list[str]:
@@ -78,21 +123,51 @@ def _required_columns(info: DatasetInfo) -> list[str]:
     return cols
 
 
-def read_episode_rows(raw: pa.Table | bytes, info: DatasetInfo, *, file: str) -> list[EpisodeRow]:
-    """Validate an episodes table (or Parquet bytes) and resolve each row's files.
-
-    Reads only the columns the import uses (the stats/* columns stay on disk), and only once the
-    footer shows they fit the limits. Row checks are vectorised; the first row that breaks a rule
-    (in row order) is the one reported.
+def open_episodes_file(root: str, rel: str) -> bytes | storage.CountingFile:
+    """An episodes file to give `read_episode_rows`: its bytes when it is small, else the file open for
+    range reads (close it after use).
 
     Args:
-        raw: the episodes file's bytes, or a table already read.
+        root: the dataset root URI.
+        rel: the episodes file, relative to the root."""
+    uri = storage.dataset_file(root, rel)
+    if storage.file_size(uri, what="episodes file", file=rel) <= WHOLE_READ_BYTES:
+        return storage.read_bytes(uri, what="episodes file", file=rel)
+    return storage.open_counted(uri, storage.ReadCounter(), what="episodes file", file=rel)
+
+
+def read_episodes_file(root: str, rel: str, info: DatasetInfo) -> list[EpisodeRow]:
+    """The validated rows of an episodes file, reading only its footer and the columns the import uses
+    when it is large.
+
+    Args:
+        root: the dataset root URI.
+        rel: the episodes file, relative to the root.
+        info: the dataset's info.json model."""
+    source = open_episodes_file(root, rel)
+    try:
+        return read_episode_rows(source, info, file=rel)
+    finally:
+        if not isinstance(source, bytes):
+            source.close()
+
+
+def read_episode_rows(raw: pa.Table | bytes | BinaryIO, info: DatasetInfo, *, file: str) -> list[EpisodeRow]:
+    """Validate an episodes table (or Parquet file) and resolve each row's files.
+
+    Reads only the columns the import uses (the stats/* columns stay on disk: from an open file, only
+    the footer and those columns' chunks are read), and only once the footer shows they fit the limits.
+    Row checks are vectorised; the first row that breaks a rule (in row order) is the one reported.
+
+    Args:
+        raw: the episodes file, open for random reads (`storage.open_counted`) or as bytes, or a table
+            already read.
         info: the dataset's info.json model.
         file: the episodes file's path relative to the root, for messages.
     Returns:
         One EpisodeRow per row, in row order."""
     needed = _required_columns(info)
-    table = _read_table(raw, needed, file) if isinstance(raw, (bytes, bytearray, memoryview)) else raw
+    table = raw if isinstance(raw, pa.Table) else _read_table(raw, needed, file)
     missing = [c for c in needed if c not in table.column_names]
     if missing:
         raise LeRobotImportError("episodes_file", f"the episodes file has no `{missing[0]}` column", file=file)
@@ -127,20 +202,28 @@ def read_episode_rows(raw: pa.Table | bytes, info: DatasetInfo, *, file: str) ->
     return rows
 
 
-def _read_table(raw: bytes, needed: list[str], file: str) -> pa.Table:
+def _parquet(raw: bytes | BinaryIO, **options) -> pq.ParquetFile:
+    """A Parquet reader over an episodes file's bytes or an open file (read from its start)."""
+    if isinstance(raw, (bytes, bytearray, memoryview)):
+        return pq.ParquetFile(pa.BufferReader(raw), **options)
+    raw.seek(0)
+    return pq.ParquetFile(raw, **options)
+
+
+def _read_table(raw: bytes | BinaryIO, needed: list[str], file: str) -> pa.Table:
     """The needed columns of an episodes file, after its footer shows they fit the limits."""
     try:
-        pf = pq.ParquetFile(pa.BufferReader(raw))
+        pf = _parquet(raw)
         names = pf.schema_arrow.names
         missing = [c for c in needed if c not in names]
         if missing:
             raise LeRobotImportError("episodes_file", f"the episodes file has no `{missing[0]}` column", file=file)
         _check_unique(names, needed, file)
         check_footer(pf, needed, file=file)
-        leaves = _leaf_columns(pf.schema_arrow, needed, pf.metadata.num_columns)
+        leaves = leaf_columns(pf.schema_arrow, needed, pf.metadata.num_columns)
         text = [pf.schema.column(j).path for j in leaves if pf.schema.column(j).physical_type == "BYTE_ARRAY"]
         if text:  # strings stay dictionary-encoded until their decoded size is known to fit
-            pf = pq.ParquetFile(pa.BufferReader(raw), read_dictionary=text)
+            pf = _parquet(raw, read_dictionary=text)
         table = _read_columns(pf, raw, needed)
         decoded = sum(_decoded_bytes(chunk) for column in table.columns for chunk in column.chunks)
         if decoded > MAX_EPISODES_BYTES:
@@ -157,7 +240,7 @@ def _read_table(raw: bytes, needed: list[str], file: str) -> pa.Table:
                                  file=file) from None
 
 
-def _read_columns(pf: pq.ParquetFile, raw: bytes, needed: list[str]) -> pa.Table:
+def _read_columns(pf: pq.ParquetFile, raw: bytes | BinaryIO, needed: list[str]) -> pa.Table:
     """Read `needed`, keeping dictionaries where Arrow can. Arrow cannot return a nested dictionary column
     (`tasks`, a list of strings) that spans pages as one chunk; row group by row group it can, and when even
     that fails the column is read decoded (its size then bounded by the footer check alone)."""
@@ -169,7 +252,7 @@ def _read_columns(pf: pq.ParquetFile, raw: bytes, needed: list[str]) -> pa.Table
         groups = [pf.read_row_group(i, columns=needed) for i in range(pf.metadata.num_row_groups)]
         return pa.concat_tables(groups) if groups else pf.schema_arrow.empty_table().select(needed)
     except pa.ArrowNotImplementedError:
-        return pq.ParquetFile(pa.BufferReader(raw)).read(columns=needed)
+        return _parquet(raw).read(columns=needed)
 
 
 def _check_unique(names: Sequence[str], needed: Sequence[str], file: str) -> None:
@@ -205,7 +288,7 @@ def check_footer(pf: pq.ParquetFile, columns: Sequence[str], *, file: str, max_r
         raise LeRobotImportError("limit", f"the episodes file has {md.num_rows:,} rows; an episodes file is read "
                                  f"only up to {max_rows:,} episodes (LeRobot's own files hold far fewer): split "
                                  "it into several episodes files", file=file)
-    leaves = _leaf_columns(pf.schema_arrow, columns, md.num_columns)
+    leaves = leaf_columns(pf.schema_arrow, columns, md.num_columns)
     total = 0
     for g in range(md.num_row_groups):
         group = md.row_group(g)
@@ -216,7 +299,7 @@ def check_footer(pf: pq.ParquetFile, columns: Sequence[str], *, file: str, max_r
                                      "real episodes files need a few hundred bytes per episode", file=file)
 
 
-def _leaf_columns(schema: pa.Schema, columns: Sequence[str], num_leaves: int) -> list[int]:
+def leaf_columns(schema: pa.Schema, columns: Sequence[str], num_leaves: int) -> list[int]:
     """The Parquet leaf-column positions of the top-level `columns` (every leaf when the Arrow schema
     does not map one to one onto the file's leaves)."""
     wanted, out, at = set(columns), [], 0
@@ -357,12 +440,12 @@ def check_order(rows: Sequence[EpisodeRow], *, file: str) -> None:
                                      file=file)
 
 
-def episode_indices(raw: bytes) -> tuple[int, ...]:
+def episode_indices(raw: bytes | BinaryIO) -> tuple[int, ...]:
     """The episode_index values of an episodes file that failed, so its episodes are still accounted
     for in errors.jsonl; () when even that column cannot be read, or when the file is beyond the limits
     (it was refused unread, so none of its episodes was read)."""
     try:
-        pf = pq.ParquetFile(pa.BufferReader(raw))
+        pf = _parquet(raw)
         if pf.schema_arrow.names.count("episode_index") != 1:
             return ()
         check_footer(pf, ["episode_index"], file="")
@@ -402,12 +485,31 @@ def _tasks_column(table: pa.Table, file: str) -> list[tuple[str, ...]]:
     return [tuple(t) for t in values]
 
 
-def plan_parts(rows: Sequence[EpisodeRow], data_file_size: Callable[[str], int], *, limit: int = DATA_SPAN_LIMIT,
-               in_parts: bool, file: str) -> list[PartPlan]:
-    """Split an episodes file's rows into ordered parts of at most `limit` bytes of distinct data files.
+def plan_parts(rows: Sequence[EpisodeRow], data_file_size: Callable[[str], int],
+               layout: Callable[[str], Optional[RowGroupLayout]], *, limit: int = DATA_SPAN_LIMIT,
+               one_part: bool = False, file: str) -> list[PartPlan]:
+    """Split an episodes file's rows into ordered parts of whole episodes, each holding at most `limit`
+    bytes of its episodes' own data (their share of the row groups holding their rows, from the data
+    files' footers); the one sizing of the import and of `plan`.
 
-    Without `in_parts` the whole file is one part and a span over the limit is the 64 MiB error.
-    The span is decided from file sizes alone, like the reference."""
+    An episode over the limit alone forms a part (`PartPlan.oversized`). A part crosses from one data
+    file into the next only where neither file has a row group shared by two of its episodes, so a part
+    that shares row groups with other parts shares them in one data file, its read unit.
+
+    With `one_part` (the reference's behaviour) the whole file is one part, and episodes spanning more than
+    `limit` bytes of data files, counted as whole files from their sizes like the reference does, are the
+    data_span error.
+
+    Args:
+        rows: the episodes file's validated rows, in row order.
+        data_file_size: a data file's size in bytes (relative path -> size).
+        layout: a data file's row-group layout, or None when its footer cannot be read (the file's size is
+            then spread over its rows here; the write step reports what is wrong with it).
+        limit: the bytes of data one part may hold.
+        one_part: write the file as one part, refusing it past `limit` (the reference's rule).
+        file: the episodes file, for messages.
+    Returns:
+        The parts, numbered from 0 (one empty part for a file without rows)."""
     sizes: dict[str, int] = {}
     for r in rows:
         if r.data_file not in sizes:
@@ -415,28 +517,93 @@ def plan_parts(rows: Sequence[EpisodeRow], data_file_size: Callable[[str], int],
                 sizes[r.data_file] = data_file_size(r.data_file)
             except LeRobotImportError as ex:
                 raise ex.with_context(episode_index=r.episode_index, file=r.data_file)
-    if not in_parts:
+    if one_part:
         span = sum(sizes.values())
         if span > limit:
             raise LeRobotImportError(
                 "data_span", f"these episodes' frames span {span} bytes of data files ({len(sizes)} files), above "
-                f"the {limit} bytes one part may read; rerun with --read-in-parts to import this episodes file in "
-                "several parts", file=file)
-        return [PartPlan(0, tuple(r.position for r in rows), tuple(sizes), span, limit)]
+                f"the {limit} bytes one part may read (the reference's rule, kept by --one-part); import without "
+                "--one-part to write this episodes file in parts", file=file)
+    sized = _episode_sizes(rows, sizes, layout)
+    if one_part:
+        positions = tuple(r.position for r in rows)
+        return [PartPlan(0, positions, tuple(sizes), int(round(sum(s.bytes for s in sized))), limit,
+                         _read_unit(sized))]
     parts: list[PartPlan] = []
-    positions: list[int] = []
-    files: dict[str, None] = {}
-    span = 0
-    for r in rows:
-        extra = 0 if r.data_file in files else sizes[r.data_file]
-        if positions and span + extra > limit:
-            parts.append(PartPlan(len(parts), tuple(positions), tuple(files), span, limit))
-            positions, files, span, extra = [], {}, 0, sizes[r.data_file]
-        positions.append(r.position)
-        files[r.data_file] = None
-        span += extra
-    if positions or not parts:
-        parts.append(PartPlan(len(parts), tuple(positions), tuple(files), span, limit))
+    current: list[_Sized] = []
+    for s in sized:
+        if current and (_bytes(current) + s.bytes > limit or _crosses_shared_file(current, s)):
+            parts.append(_part(len(parts), current, limit))
+            current = []
+        current.append(s)
+    if current or not parts:
+        parts.append(_part(len(parts), current, limit))
     return parts
 
 
+@dataclasses.dataclass(frozen=True)
+class _Sized:
+    """One episode as the part sizing sees it."""
+
+    row: EpisodeRow
+    bytes: float
+    before: bool  # its first row group holds rows before it
+    after: bool  # its last row group holds rows after it
+    aligned: bool  # its data file has no row group shared by two episodes of this episodes file
+
+
+def _episode_sizes(rows: Sequence[EpisodeRow], sizes: dict[str, int],
+                   layout: Callable[[str], Optional[RowGroupLayout]]) -> list[_Sized]:
+    """Each row's bytes and row-group sharing, vectorised per data file."""
+    out: dict[int, _Sized] = {}
+    by_file: dict[str, list[EpisodeRow]] = {}
+    for r in rows:
+        by_file.setdefault(r.data_file, []).append(r)
+    for data_file, file_rows in by_file.items():
+        found = layout(data_file)
+        if found is None:  # the file's size spread over the rows read from it; its read fails anyway
+            each = sizes[data_file] / len(file_rows)
+            out.update((r.position, _Sized(r, each, False, False, True)) for r in file_rows)
+            continue
+        first, end = found.rows(np.array([r.from_index for r in file_rows]), np.array([r.to_index for r in file_rows]))
+        nbytes = found.bytes_of(first, end)
+        before, after = found.shares(first, end)
+        aligned = not (before.any() or after.any())
+        out.update((r.position, _Sized(r, float(b), bool(x), bool(y), aligned))
+                   for r, b, x, y in zip(file_rows, nbytes, before, after))
+    return [out[r.position] for r in rows]
+
+
+def _bytes(part: Sequence[_Sized]) -> float:
+    return sum(s.bytes for s in part)
+
+
+def _data_file(part: Sequence[_Sized]) -> Optional[str]:
+    """The data file of a part's last episode that has frames (an empty episode reads no row group)."""
+    return next((s.row.data_file for s in reversed(part) if s.row.length), None)
+
+
+def _crosses_shared_file(part: Sequence[_Sized], new: _Sized) -> bool:
+    """Whether adding `new` takes the part into another data file while either file shares row groups."""
+    last = _data_file(part)
+    if not new.row.length or last is None or new.row.data_file == last:
+        return False
+    last_aligned = next(s.aligned for s in reversed(part) if s.row.length)
+    return not (last_aligned and new.aligned)
+
+
+def _read_unit(part: Sequence[_Sized]) -> str:
+    """The first data file in which a part shares a row group with rows outside it, or ""."""
+    first_of: dict[str, _Sized] = {}
+    last_of: dict[str, _Sized] = {}
+    for s in part:
+        if s.row.length:
+            first_of.setdefault(s.row.data_file, s)
+            last_of[s.row.data_file] = s
+    return next((f for f in first_of if first_of[f].before or last_of[f].after), "")
+
+
+def _part(number: int, part: Sequence[_Sized], limit: int) -> PartPlan:
+    files = tuple(dict.fromkeys(s.row.data_file for s in part))
+    return PartPlan(number, tuple(s.row.position for s in part), files, int(round(_bytes(part))), limit,
+                    _read_unit(part))

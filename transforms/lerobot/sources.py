@@ -27,7 +27,7 @@ import fsspec
 
 from transforms import storage
 from transforms.errors import LeRobotImportError
-from transforms.lerobot.episodes_files import EpisodeRow, read_episode_rows
+from transforms.lerobot.episodes_files import EpisodeRow, read_episodes_file
 from transforms.lerobot.fingerprint import SOURCE_DIRS, VERSION_KEYS
 from transforms.lerobot.info import EPISODES_DIR, INFO_JSON_MAX_BYTES, INFO_PATH, DatasetInfo, parse_info
 
@@ -275,32 +275,29 @@ def scan_dataset(root: str, options: Mapping[str, Any], *, previous_manifest: Op
                                              previous.get("source_video_files") or ())
         else:
             to_read.append((rel, basis))
-    for rel, basis, raw in _read_episodes_files(root, to_read):
-        out[rel] = _sources_from_bytes(listing, info, rel, basis, raw)
+    for rel, basis, rows in _read_episodes_files(root, info, to_read):
+        out[rel] = _sources_from_rows(listing, rel, basis, rows)
     return DatasetSources(root, listing, info, info_problem, tuple(out[rel] for rel in sorted(out)))
 
 
-def _sources_from_bytes(listing: SourceListing, info: DatasetInfo, rel: str, basis: str,
-                        raw: bytes | Exception) -> EpisodesFileSources:
-    if isinstance(raw, Exception):
-        return episodes_file_sources(listing, rel, basis, (), (), problem=str(raw))
-    try:
-        rows = read_episode_rows(raw, info, file=rel)
-    except LeRobotImportError as ex:
-        return episodes_file_sources(listing, rel, basis, (), (), problem=str(ex))
+def _sources_from_rows(listing: SourceListing, rel: str, basis: str,
+                       rows: list[EpisodeRow] | LeRobotImportError) -> EpisodesFileSources:
+    if isinstance(rows, LeRobotImportError):
+        return episodes_file_sources(listing, rel, basis, (), (), problem=str(rows))
     data, videos = references(rows)
     return episodes_file_sources(listing, rel, basis, data, videos, rows=rows)
 
 
-def _read_episodes_files(root: str, items: Sequence[tuple[str, str]]) -> Iterator[tuple[str, str, bytes | Exception]]:
-    """(rel, basis, bytes or the exception) per episodes file, in order. On an object store the files
-    are fetched by several threads at once. Each path is read literally (never expanded as a pattern:
-    a name may hold `*`), and a local file resolving outside the root is refused, as the import does."""
+def _read_episodes_files(root: str, info: DatasetInfo, items: Sequence[tuple[str, str]]
+                         ) -> Iterator[tuple[str, str, list[EpisodeRow] | LeRobotImportError]]:
+    """(rel, basis, rows or the error) per episodes file, in order. On an object store the files are read
+    by several threads at once. Each path is read literally (never expanded as a pattern: a name may
+    hold `*`), and a local file resolving outside the root is refused, as the import does."""
 
-    def read(item: tuple[str, str]) -> tuple[str, str, bytes | Exception]:
+    def read(item: tuple[str, str]) -> tuple[str, str, list[EpisodeRow] | LeRobotImportError]:
         rel, basis = item
         try:
-            return rel, basis, storage.read_bytes(storage.dataset_file(root, rel), what="episodes file", file=rel)
+            return rel, basis, read_episodes_file(root, rel, info)
         except LeRobotImportError as ex:
             return rel, basis, ex
 
