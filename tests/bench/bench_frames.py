@@ -496,6 +496,15 @@ def _proc_memory(pid: int) -> dict:
     return out
 
 
+def _proc_cpu(pid: int) -> float:
+    """CPU seconds (user + system) `pid` has used."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    except (OSError, IndexError, ValueError):
+        return 0.0
+
+
 def measure_side(spec: dict) -> dict:
     """One side's figures over one dataset (runs in its own interpreter, PYTHONPATH choosing the code)."""
     import torch
@@ -513,15 +522,16 @@ def measure_side(spec: dict) -> dict:
         ds = ImportedFrames(spec["import"], **kw)
         return ImportedFrames(spec["import"], delta_timestamps=_windows(ds.cameras), **kw) if windows else ds
 
-    def timed(ds, order) -> float:
-        n, t0 = 0, time.perf_counter()
+    def timed(ds, order) -> dict:
+        n, t0, c0 = 0, time.perf_counter(), time.process_time()
         for i in order[:items].tolist():
             ds[i]
             n += 1
             if time.perf_counter() - t0 > seconds:
                 break
-        return n / (time.perf_counter() - t0)
+        return {"items_per_s": n / (time.perf_counter() - t0), "items_per_cpu_s": n / (time.process_time() - c0)}
 
+    make(False)[0]  # untimed: the first item of a process imports the decoders' modules
     out: dict = {}
     runs = [("random", "random", False, {}), ("random windows", "random", True, {})]
     if spec["side"] != "pyav":
@@ -544,9 +554,9 @@ def measure_side(spec: dict) -> dict:
                 if time.perf_counter() - t0 > 6 * seconds:
                     break
             else:
-                out[name] = {"items_per_s": timed(ds, orders[order][items:]), "open_s": opened}
+                out[name] = {**timed(ds, orders[order][items:]), "open_s": opened}
             continue
-        out[name] = {"items_per_s": timed(ds, orders[order]), "open_s": opened}
+        out[name] = {**timed(ds, orders[order]), "open_s": opened}
     for name, windows, kw in [("loader", False, {}), ("loader windows", True, {})] + (
             [("loader windows uint8", True, {"camera_dtype": "uint8"})] if "random uint8" in out else []):
         t0 = time.perf_counter()
@@ -556,15 +566,18 @@ def measure_side(spec: dict) -> dict:
         it = iter(DataLoader(ds, batch_size=8, num_workers=2, shuffle=True, generator=g))
         next(it)
         first = time.perf_counter() - t0
+        workers = [w.pid for w in getattr(it, "_workers", [])]
+        cpu0 = time.process_time() + sum(_proc_cpu(w) for w in workers)
         n, t1 = 0, time.perf_counter()
         for batch in it:
             n += len(batch["index"])
             if n >= items or time.perf_counter() - t1 > seconds:
                 break
         rate = n / (time.perf_counter() - t1)
-        mem = [_proc_memory(w.pid) for w in getattr(it, "_workers", [])]
+        cpu = time.process_time() + sum(_proc_cpu(w) for w in workers) - cpu0
+        mem = [_proc_memory(w) for w in workers]
         del it
-        out[name] = {"items_per_s": rate, "first_batch_s": first,
+        out[name] = {"items_per_s": rate, "items_per_cpu_s": n / cpu if cpu > 0 else None, "first_batch_s": first,
                      "worker_rss_mb": max((m.get("VmRSS", 0) for m in mem), default=None),
                      "worker_hwm_mb": max((m.get("VmHWM", 0) for m in mem), default=None),
                      "worker_uss_mb": max((m.get("USS", 0) for m in mem), default=None)}
@@ -582,6 +595,28 @@ def run_side(side: str, code: Optional[str], dataset: Path, out: Path, orders: P
             return json.loads(line[len("MEASURE-RESULT "):])
     print(f"  {side} failed: " + " | ".join((proc.stderr or proc.stdout).strip().splitlines()[-3:]), flush=True)
     return None
+
+
+def _print_table(table: list, metric: str) -> None:
+    cols = ["random", "random warm", "random windows", "loader", "loader windows", "random uint8",
+            "loader windows uint8", "sequential", "gop-block"]
+    print("| shape | side | " + " | ".join(cols) + " | first batch s | worker RSS / USS MB |")
+    print("|---|---|" + "---|" * (len(cols) + 2))
+
+    def get(m: dict, c: str):
+        return m.get(c, {}).get(metric)
+
+    for shape, med in table:
+        for side, m in med.items():
+            lw = m.get("loader windows", {})
+            print(f"| {shape} | {side} | " + " | ".join(fmt(get(m, c), ".1f") for c in cols)
+                  + f" | {fmt(m.get('loader', {}).get('first_batch_s'), '.2f')}"
+                  f" | {fmt(lw.get('worker_rss_mb'))} / {fmt(lw.get('worker_uss_mb'))} |")
+        for other in ("pyav", "main"):
+            if other in med and "ours" in med:
+                ratio = [fmt(get(med["ours"], c) / get(med[other], c), ".2f")
+                         if get(med[other], c) and get(med["ours"], c) else "-" for c in cols]
+                print(f"| {shape} | ours/{other} | " + " | ".join(ratio) + " | | |")
 
 
 def layouts_main(args) -> None:
@@ -623,8 +658,9 @@ def layouts_main(args) -> None:
                 res = run_side("pyav" if side == "pyav" else "ours", code, root, out, orders, args)
                 if res is not None:
                     got[side].append(res)
-                    print(f"  round {r + 1} {side}: "
-                          + ", ".join(f"{k} {v['items_per_s']:.1f}" for k, v in res.items()), flush=True)
+                    print(f"  round {r + 1} {side} (load {os.getloadavg()[0]:.1f}), items/s wall / per CPU-s: "
+                          + ", ".join(f"{k} {v['items_per_s']:.1f}/{v.get('items_per_cpu_s') or 0:.1f}"
+                                      for k, v in res.items()), flush=True)
         med = {}
         for side, runs in got.items():
             keys = {k for run in runs for k in run}
@@ -632,28 +668,13 @@ def layouts_main(args) -> None:
                              if (vals := [run[k][m] for run in runs if k in run and run[k].get(m) is not None])}
                          for k in keys}
         table.append((shape, med))
-    print(f"\nitems/s, medians of {args.repeat} alternating rounds; one process = ds[i] in a loop, torch threads 1; "
-          "loader = DataLoader(num_workers=2, shuffle=True, batch_size=8), items/s after the first batch; windows = "
-          "2 frames per camera [-1/30, 0] s + 10 action steps")
-    cols = ["random", "random warm", "random windows", "loader", "loader windows", "random uint8",
-            "loader windows uint8", "sequential", "gop-block"]
-    print("| shape | side | " + " | ".join(cols) + " | first batch s | worker RSS / USS MB |")
-    print("|---|---|" + "---|" * (len(cols) + 2))
-    for shape, med in table:
-        for side, m in med.items():
-            cells = [fmt(m.get(c, {}).get("items_per_s"), ".1f") for c in cols]
-            lw = m.get("loader windows", {})
-            first = fmt(m.get("loader", {}).get("first_batch_s"), ".2f")
-            print(f"| {shape} | {side} | " + " | ".join(cells) + f" | {first}"
-                  f" | {fmt(lw.get('worker_rss_mb'))} / {fmt(lw.get('worker_uss_mb'))} |")
-        if "pyav" in med and "ours" in med:
-            ratio = [fmt(med["ours"].get(c, {}).get("items_per_s", 0) / med["pyav"][c]["items_per_s"], ".2f")
-                     if c in med["pyav"] else "-" for c in cols]
-            print(f"| {shape} | ours/pyav | " + " | ".join(ratio) + " | | |")
-        if "main" in med and "ours" in med:
-            ratio = [fmt(med["ours"][c]["items_per_s"] / med["main"][c]["items_per_s"], ".2f")
-                     if c in med["main"] and c in med["ours"] else "-" for c in cols]
-            print(f"| {shape} | ours/main | " + " | ".join(ratio) + " | | |")
+        _print_table(table[-1:], "items_per_cpu_s")
+    for metric, what in (("items_per_cpu_s", "items per CPU-second (CPU time of the process, and of the loader's "
+                                               "workers and main process)"), ("items_per_s", "items/s (wall clock)")):
+        print(f"\n{what}, medians of {args.repeat} alternating rounds; one process = ds[i] in a loop, torch threads 1; "
+              "loader = DataLoader(num_workers=2, shuffle=True, batch_size=8) after its first batch; windows = "
+              "2 frames per camera [-1/30, 0] s + 10 action steps; warm = after one item of every episode")
+        _print_table(table, metric)
     print("note: LeRobot's own columns could not be measured here (its venv is not installed); pyav = the per-item "
           "PyAV open + seek + decode LeRobot's pyav backend does (PyAVBaseline).")
 
