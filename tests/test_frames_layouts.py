@@ -232,7 +232,6 @@ def test_per_process_caches_stay_within_their_budgets(layouts, monkeypatch):
     assert np.array_equal(tables[0].offset, tables[3].offset) and tables[0] is not tables[3]
 
     monkeypatch.setattr(frames, "ROW_GROUP_BYTES", 1)
-    monkeypatch.setattr(frames, "EPISODE_CACHE", 1)
     small, full = ImportedFrames(layouts["many"]), ImportedFrames(layouts["many"])
     assert len(small._row_groups) == 3
     for i in (0, len(small) - 1, 1):

@@ -70,8 +70,6 @@ __all__ = ["FramesError", "ImportedFrames", "closure_starts"]
 LANGUAGE_FIELDS = ("language_persistent", "language_events")
 #: Keys a recipe adds to an item.
 MESSAGE_KEYS = ("messages", "message_streams", "target_message_indices")
-#: Prepared episodes kept per process (numeric columns as numpy, video handles, renderings).
-EPISODE_CACHE = 64
 #: What `camera_dtype` may be: LeRobot's float32 in [0, 1], or the decoder's uint8.
 CAMERA_DTYPES = ("float32", "uint8")
 #: Bytes of episode row groups (their frame columns as numpy and Arrow) kept per process.
@@ -228,6 +226,7 @@ class _Group:
     timestamps: np.ndarray                       # float32 seconds
     clips: dict[str, _Clips]
     nbytes: int
+    episodes: dict[int, "_Prepared"] = dataclasses.field(default_factory=dict)  # row -> prepared, as used
 
 
 @dataclasses.dataclass
@@ -329,7 +328,6 @@ class ImportedFrames(_Dataset):
         """Per-process state: readers and caches (never pickled, dropped in a forked child)."""
         self._pid = os.getpid()
         self._import_reader: Optional[ImportReader] = None
-        self._episodes_cache: collections.OrderedDict = collections.OrderedDict()
         self._groups_cache: collections.OrderedDict = collections.OrderedDict()
         self._lock = threading.RLock()
 
@@ -412,7 +410,7 @@ class ImportedFrames(_Dataset):
 
     def __getstate__(self) -> dict:
         state = dict(self.__dict__)
-        for key in ("_import_reader", "_episodes_cache", "_groups_cache", "_lock", "_pid"):
+        for key in ("_import_reader", "_groups_cache", "_lock", "_pid"):
             state.pop(key, None)
         return state
 
@@ -492,12 +490,11 @@ class ImportedFrames(_Dataset):
     def _episode(self, e: int) -> _Prepared:
         self._check_process()  # first: a lock copied from a parent process may be held by no one here
         with self._lock:
-            found = self._episodes_cache.get(e)
-            if found is not None:
-                self._episodes_cache.move_to_end(e)
-                return found
             group = self._group(int(self._ep_rg[e]))
             r = int(self._ep_row[e])
+            found = group.episodes.get(r)
+            if found is not None:
+                return found
             a, b = int(group.offsets[r]), int(group.offsets[r + 1])
             prepared = _Prepared(
                 episode=Episode(group.table.slice(r, 1), access=self._reader().access),
@@ -505,9 +502,10 @@ class ImportedFrames(_Dataset):
                 values={k: v[a:b] for k, v in group.values.items()},
                 nulls={k: v[a:b] for k, v in group.nulls.items() if v[a:b].any()},
                 others={k: v[a:b] for k, v in group.others.items()}, timestamps=group.timestamps[a:b])
-            self._episodes_cache[e] = prepared
-            while len(self._episodes_cache) > EPISODE_CACHE:
-                self._episodes_cache.popitem(last=False)
+            # kept with its group (and dropped with it): the frames located for its cameras are then found again
+            # by every later item of the episode, in any order, within the groups' byte budget
+            group.episodes[r] = prepared
+            group.nbytes += 8 * prepared.length * max(1, len(self.cameras))
             return prepared
 
     def _group(self, k: int) -> _Group:
