@@ -53,6 +53,12 @@ def add_import_arguments(parser) -> None:
                         help="Import without the video features, for datasets whose MP4s were not "
                              "published. Default: cameras are imported and a missing MP4 fails its "
                              "episodes file.")
+    parser.add_argument("--strict", default=None, metavar="CHECK,...",
+                        help="Make the findings of these quality checks (comma-separated names, or `all`) "
+                             "errors of their episodes files, which then fail (rule quality). Default: every "
+                             "check only warns (OUT/quality/ and the manifest's `quality` list the findings). "
+                             "The checks: timestamp_grid, timestamp_steps, video_samples, dataset_totals, "
+                             "episode_tasks, undeclared_columns, non_finite, frozen_feature, episode_rows.")
 
 
 def add_run_arguments(parser) -> None:

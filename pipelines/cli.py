@@ -30,6 +30,7 @@ usage:
   lerobot-import render --recipe R.yaml --input OUT --output SAMPLES [...]   (lerobot-import render --help)
   lerobot-import verify OUT [--sources]                                       (check an import; --help)
   lerobot-import plan --dataset ROOT --output OUT                             (what a run would do; --help)
+  lerobot-import check DATASET [--strict CHECK,...] [--json]                  (quality checks alone; --help)
   python -m pipelines.import_lerobot ...                                      (the same command)
 """
 
@@ -209,7 +210,7 @@ def check_arguments(argv: Sequence[str]) -> None:
 
 
 def main(argv: Optional[Sequence[str]] = None) -> None:
-    """The `lerobot-import` command: an import, or its `render`, `verify` and `plan` subcommands.
+    """The `lerobot-import` command: an import, or its `render`, `verify`, `plan` and `check` subcommands.
 
     Unlike `import_lerobot.run` (which the Flex Template launcher also calls, with whatever flags Dataflow
     adds), the command refuses options that neither the import nor Beam knows instead of ignoring them.
@@ -219,7 +220,7 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
     argv = list(sys.argv[1:] if argv is None else argv)
     try:
         verbosity, argv = split_verbosity(argv)
-        sub = argv[0] if argv[:1] in (["render"], ["verify"], ["plan"]) else None
+        sub = argv[0] if argv[:1] in (["render"], ["verify"], ["plan"], ["check"]) else None
         if sub is None:
             text = help_requested(argv)
             if text is not None:
@@ -235,6 +236,9 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
         if sub == "plan":
             from pipelines import plan
             sys.exit(plan.run(argv[1:]))
+        if sub == "check":
+            from pipelines import check
+            sys.exit(check.run(argv[1:]))
         check_arguments(argv)
         from pipelines import import_lerobot
         sys.exit(import_lerobot.run(argv, verbosity=verbosity))

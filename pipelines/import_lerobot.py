@@ -52,10 +52,15 @@ def config_from_options(options: ImportOptions, *, run_id: str = "", started_at:
                              "the default now, so drop --read-in-parts")
         print("note: --read-in-parts is the default now and does nothing; it will be removed (--one-part gives "
               "the reference's one-part behaviour)", file=sys.stderr)
+    from transforms import quality
+    try:
+        strict = quality.parse_strict(options.strict)
+    except ValueError as ex:  # a check name that is no check: the command line is wrong
+        raise cli.UsageError(f"error: {ex}") from None
     return ImportConfig(targets=targets, one_part=options.one_part,
                         data_span_limit=options.data_span_limit, inline_index=options.inline_index,
                         skip_videos=options.skip_videos, force=options.force, run_id=run_id,
-                        started_at=started_at)
+                        started_at=started_at, strict=strict)
 
 
 def build_pipeline(options: PipelineOptions, config: ImportConfig, started_at: Optional[str] = None) -> beam.Pipeline:
@@ -209,6 +214,9 @@ def summarize(result, config: ImportConfig) -> int:
             print(f"{root}: skipped - unchanged since its import of {doc.get('finished_at')} (--force redoes it)")
             continue
         print(f"{root}: {summary_line(doc)} -> {out}")
+        found = quality_line(doc)
+        if found:
+            print(f"  {found}: {storage.join(out, 'quality')}")
         if doc["status"] != "imported":
             status = 1
             print(f"  errors: {storage.join(out, 'errors.jsonl')}")
@@ -232,7 +240,26 @@ def summary_line(doc: dict) -> str:
         line += f" ({', '.join(kept)})"
     if t.get("warnings"):
         line += f", {_count(t['warnings'], 'warning')}"
+    checks = (doc.get("quality") or {}).get("checks") or {}
+    if checks:
+        line += f", {_count(sum(int(c.get('findings') or 0) for c in checks.values()), 'quality finding')}"
     return line
+
+
+def quality_line(doc: dict) -> str:
+    """What the quality checks found, per check, and whether LeRobot's loader refuses the dataset ("" when
+    nothing was found)."""
+    from transforms import quality
+
+    checks = (doc.get("quality") or {}).get("checks") or {}
+    if not checks:
+        return ""
+    shown = ", ".join(f"{name} ({c.get('episodes') or c.get('findings')} "
+                      f"{'episodes' if c.get('episodes') else 'findings'}"
+                      f"{', error' if c.get('severity') == quality.ERROR else ''})" for name, c in checks.items())
+    blocking = sorted(set(checks) & quality.LEROBOT_BLOCKING)
+    refusal = f"; {quality.REFUSED} ({', '.join(blocking)})" if blocking else ""
+    return f"quality: {shown}{refusal}"
 
 
 def _count(n: int, noun: str) -> str:

@@ -1,7 +1,7 @@
 """The package layout holds: the pure libraries under `transforms/` never reach the Beam layer, and the code
 explains itself instead of pointing at documents that are not in the repository.
 
-* `transforms` itself and its sub-packages (lerobot, episode, mp4, language, reader) import without
+* `transforms` itself and its sub-packages (lerobot, episode, mp4, language, reader, quality) import without
   apache_beam (checked in a fresh interpreter, so nothing the test process imported can hide it);
 * no module of a sub-package imports a top-level module of `transforms` other than the ground floor
   (`errors`, `storage`), and none imports apache_beam, not even lazily inside a function;
@@ -25,7 +25,7 @@ from tests.helpers import run_python
 
 REPO = Path(__file__).resolve().parents[1]
 TRANSFORMS = REPO / "transforms"
-SUBPACKAGES = ("lerobot", "episode", "mp4", "language", "reader")
+SUBPACKAGES = ("lerobot", "episode", "mp4", "language", "reader", "quality")
 #: Top-level modules of `transforms` that the pure sub-packages may use.
 GROUND_FLOOR = {"errors", "storage"}
 PURE = ["transforms"] + [f"transforms.{name}" for name in SUBPACKAGES]
@@ -133,6 +133,13 @@ def test_subpackage_dependencies_have_no_cycle():
 def test_cycle_check_sees_a_cycle():
     """The graph walk above really reads imports: the reader depends on the episode package."""
     assert "episode" in _subpackage_graph()["reader"]
+
+
+def test_quality_checks_sit_above_the_record_and_media_packages():
+    """The quality checks read typed frames and MediaIndex sample times; nothing below depends on them."""
+    graph = _subpackage_graph()
+    assert graph["quality"] == {"lerobot", "episode", "mp4"}
+    assert not any("quality" in deps for name, deps in graph.items() if name != "quality")
 
 
 OUTSIDE_REFERENCE = re.compile(r"mapping\s*§|§\s*\d|\bissue\s+#?\d|\b(mapping|architecture)\.md\b", re.IGNORECASE)

@@ -9,6 +9,7 @@ pure and never imports Beam:
     transforms.mp4        MP4 media: range reads, the box walk, moov -> MediaIndex
     transforms.language   language annotations, training recipes and their rendering
     transforms.reader     reading an import back: ImportReader, Episode, frame seeks
+    transforms.quality    data-quality checks of an import's frames, sample times and metadata (findings)
     transforms.errors, transforms.storage   the shared ground floor (error family, fsspec I/O)
     transforms.hub        hf://datasets/... roots (ground floor, reached through storage): commits, range reads
     transforms.lease      a lease on an output root, so overlapping runs never write one output

@@ -140,6 +140,7 @@ RULES: dict[str, str] = {
     "image_column": "an image column is not a struct with binary bytes",
     "index_not_consecutive": "a data file's index column is not consecutive",
     "frames_outside_file": "an episode's frames are not all in its data file",
+    "quality": "a quality check named in --strict found something (see quality/ and the manifest's quality)",
     "length_mismatch": "an episode's length does not match its frame range",
     "file_missing": "a data or video file does not exist",
     "data_file": "a data file is not readable Parquet",

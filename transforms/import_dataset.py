@@ -26,7 +26,7 @@ from typing import Iterable, Iterator, NamedTuple, Optional, Sequence
 
 import apache_beam as beam
 
-from transforms import hub, storage
+from transforms import hub, quality, storage
 from transforms.episode import output_state, paths, quirks
 from transforms.episode.media_index_table import MediaIndexPlan, decide_run
 from transforms.episode.outcomes import failed_file
@@ -38,8 +38,8 @@ from transforms.lerobot import data_files, sources
 from transforms.lerobot.dataset import check_dataset, list_episodes_files
 from transforms.lerobot.info import EPISODES_DIR, DatasetInfo
 from transforms.media_files import ReadMp4Facts
-from transforms.messages import (ClipUse, DatasetReport, FileInputs, ImportConfig, KeptFile, Mp4Version, PartHeader,
-                                 PartInputs, ShardTouch,
+from transforms.messages import (ClipUse, DatasetReport, FileCounts, FileInputs, ImportConfig, KeptFile, Mp4Version,
+                                 PartHeader, PartInputs, ShardTouch,
                                  error_record, internal_record, load_info)
 from transforms.safety_net import NAMESPACE, counter, guarded
 from transforms.write_outputs import CommitEpisodesFiles, FinishDatasets, WriteParts
@@ -401,8 +401,9 @@ def _plan_messages(root: str, rel: str, info: DatasetInfo, rows: Sequence[episod
             yield beam.pvalue.TaggedOutput("clip_uses", ((root, mp4), use))
     warnings = quirks.clip_end_warnings(root, rel, rows, info.fps) + quirks.oversized_episode_warnings(
         root, rel, rows, parts)
-    if warnings:
-        yield beam.pvalue.TaggedOutput("reports", (root, DatasetReport(warnings=tuple(warnings))))
+    counts = FileCounts(rel, len(rows), sum(r.length for r in rows),
+                        tuple(map(tuple, quality.index_ranges([r.episode_index for r in rows]))))
+    yield beam.pvalue.TaggedOutput("reports", (root, DatasetReport(warnings=tuple(warnings), file_counts=(counts,))))
 
 
 def clip_uses(part: tuple[str, str, int], rows: Sequence[episodes_metadata.EpisodeRow],

@@ -19,7 +19,7 @@ from typing import Iterable, Iterator, NamedTuple, Optional
 import apache_beam as beam
 import pyarrow as pa
 
-from transforms import storage
+from transforms import quality, storage
 from transforms.episode import quirks
 from transforms.episode.clips import VideoFile
 from transforms.episode.quirks import ClipSpan
@@ -28,6 +28,7 @@ from transforms.episode.paths import media_index_shard_path
 from transforms.errors import LeRobotImportError
 from transforms.lerobot import hints
 from transforms.lerobot.info import INDEXED_CODECS
+from transforms.mp4 import arrow as mp4_arrow
 from transforms.messages import (ClipUse, DatasetReport, ImportConfig, MediaIndexRow, Mp4Version, PartInputs,
                                  PartVideo, ShardTouch, VideoFailure, error_record, internal_record)
 from transforms.safety_net import counter, guarded
@@ -185,9 +186,9 @@ class _ReadMp4File(beam.DoFn):
             self._files.inc()
             self._bytes.inc(facts.reads.bytes_read)
             self._requests.inc(facts.reads.requests)
-        inputs = PartInputs(videos=(PartVideo(rel, facts.video_file(inline_index=self._config.inline_index)),))
-        for part in sorted(first_episode):
-            yield part, inputs
+        video = facts.video_file(inline_index=self._config.inline_index)
+        for part, samples in sorted(part_samples(rel, facts.index, uses).items()):
+            yield part, PartInputs(videos=(PartVideo(rel, video, samples),))
         if read and facts.index is not None and not self._config.inline_index:
             yield beam.pvalue.TaggedOutput("index_rows", MediaIndexRow(root, rel, facts.uri, facts.size, known.token,
                                                                        facts.index))
@@ -213,6 +214,32 @@ class _ReadMp4File(beam.DoFn):
             return None
         self._carried.inc()
         return VideoFacts(row.uri, row.size, row.index, codec=quirks.index_codec(row.index))
+
+
+def part_samples(rel: str, index: Optional[pa.Array], uses: Iterable[ClipUse]) -> dict:
+    """Per part using an MP4: the file's sample times around that part's clips, for its quality checks
+    (None for every part when the file has no usable index: its cameras are then not checked).
+
+    Args:
+        rel: the MP4, relative to the dataset root.
+        index: its MediaIndex (length-1 array), or None.
+        uses: the parts' clips in it.
+    """
+    by_part: dict[tuple, list] = {}
+    fps = None
+    for use in uses:
+        by_part.setdefault(use.part, []).extend(use.clips)
+        fps = fps or use.fps
+    times = None
+    if index is not None:
+        try:
+            times = quality.presentation_times(index)
+        except mp4_arrow.InvalidMediaIndex as ex:
+            _LOG.warning("the MediaIndex of %s is not usable for the quality checks (%s)", rel, ex)
+    if times is None:
+        return {part: None for part in by_part}
+    return {part: quality.sample_window(rel, times[0], times[1], *quality.clips_window(clips, fps))
+            for part, clips in by_part.items()}
 
 
 def _file_warnings(root: str, rel: str, uses: list[ClipUse], facts: VideoFacts, *, shared: bool = False) -> list:

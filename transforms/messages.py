@@ -28,6 +28,7 @@ from transforms.lerobot.dataset import read_info
 from transforms.lerobot.info import DatasetInfo
 from transforms.lerobot.episodes_files import DATA_SPAN_LIMIT, EpisodeRow, PartPlan
 from transforms.errors import FailureRecord, LeRobotImportError
+from transforms.quality import Finding, SampleTimes
 
 #: Internal messages longer than this are cut: an exception's text can hold a whole input.
 MAX_MESSAGE_CHARS = 2000
@@ -45,11 +46,16 @@ class ImportConfig:
     force: bool = False  # redo datasets whose last import is up to date
     run_id: str = ""
     started_at: str = ""
+    strict: frozenset[str] = frozenset()  # the quality checks whose findings fail their episodes files
 
     def output_options(self) -> dict:
-        """The options that change what an import writes (a previous import with others is not reused)."""
-        return {"one_part": self.one_part, "data_span_limit": self.data_span_limit,
-                "inline_index": self.inline_index, "skip_videos": self.skip_videos}
+        """The options that change what an import writes (a previous import with others is not reused).
+        `--strict` is one when given: which episodes files fail depends on it."""
+        options = {"one_part": self.one_part, "data_span_limit": self.data_span_limit,
+                   "inline_index": self.inline_index, "skip_videos": self.skip_videos}
+        if self.strict:
+            options["strict"] = sorted(self.strict)
+        return options
 
     def output_of(self, dataset: str) -> str:
         """The output root of a dataset of this run."""
@@ -102,6 +108,7 @@ class PartVideo:
 
     file: str  # relative to the dataset root
     video: VideoFile
+    samples: Optional[SampleTimes] = None  # its sample times around the part's clips (for the quality checks)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -180,6 +187,7 @@ class FileInputs(_Merged):
 
     results: tuple[PartResult, ...] = ()
     duplicates: tuple[FailureRecord, ...] = ()
+    findings: tuple[Finding, ...] = ()  # what the quality checks found in its parts
 
 
 @dataclasses.dataclass(frozen=True)
@@ -190,6 +198,25 @@ class KeptFile:
     episodes_file: str
     removed: bool
     entry_json: str  # the previous manifest entry, JSON
+
+
+@dataclasses.dataclass(frozen=True)
+class FileCounts:
+    """What an episodes file lists, as planning read it: for the dataset's totals against info.json."""
+
+    episodes_file: str
+    episodes: int
+    frames: int  # the sum of its episodes' lengths
+    episode_ranges: tuple[tuple[int, int], ...]  # its episode indices as [start, end) runs
+
+
+@dataclasses.dataclass(frozen=True)
+class FileQuality:
+    """The quality checks' summary of one episodes file whose frames were read, for the manifest."""
+
+    episodes_file: str
+    checks_json: str  # `quality.summarize` of its findings, JSON
+    table: str  # its quality table, relative to the output root
 
 
 @dataclasses.dataclass(frozen=True)
@@ -206,6 +233,8 @@ class DatasetReport(_Merged):
     mp4_failures: tuple[VideoFailure, ...] = ()  # MP4s that could not be used
     file_sources: tuple[EpisodesFileSources, ...] = ()  # per episodes file: what its import is made from
     kept: tuple[KeptFile, ...] = ()  # episodes files left unchanged or removed by this run
+    file_counts: tuple[FileCounts, ...] = ()  # per episodes file planned: what it lists
+    quality: tuple[FileQuality, ...] = ()  # per episodes file checked: its findings' summary
 
 
 def error_record(ex: LeRobotImportError, *, dataset: str, episodes_file: Optional[str]) -> FailureRecord:

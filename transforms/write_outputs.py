@@ -11,6 +11,7 @@ steps decide when, and turn every failure, expected or not, into a record.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import sys
@@ -19,7 +20,7 @@ from typing import Iterable, Iterator, Optional, Sequence
 
 import apache_beam as beam
 
-from transforms import storage
+from transforms import quality, storage
 from transforms.episode import output as sink
 from transforms.episode import frames as frames_lib
 from transforms.episode import output_state, paths
@@ -28,8 +29,8 @@ from transforms.episode.outcomes import PartResult, failed_file
 from transforms.errors import FailureRecord, LeRobotImportError, redact
 from transforms.lerobot import data_files
 from transforms.lerobot.info import INFO_PATH, DatasetInfo
-from transforms.messages import (DatasetReport, FileInputs, ImportConfig, KeptFile, PartHeader, PartInputs,
-                                 VideoFailure, error_record, internal_record, load_info)
+from transforms.messages import (DatasetReport, FileInputs, FileQuality, ImportConfig, KeptFile, PartHeader,
+                                 PartInputs, VideoFailure, error_record, internal_record, load_info)
 from transforms.safety_net import counter, guarded
 
 _LOG = logging.getLogger(__name__)
@@ -104,8 +105,11 @@ class _WriteParts(beam.DoFn):
     def setup(self) -> None:
         self._readers: OrderedDict[tuple[str, str], data_files.DataFileReader] = OrderedDict()
         self._reads = storage.ReadCounter()
-        names = ("data_bytes_read", "data_read_requests", "episodes", "frames", "parts_written", "output_bytes")
+        names = ("data_bytes_read", "data_read_requests", "episodes", "frames", "parts_written", "output_bytes",
+                 "quality_findings")
         self._counters = {name: counter(name) for name in names}
+        self._tasks: dict[str, Optional[list[str]]] = {}  # per dataset: meta/tasks.parquet, read once
+        self._columns: dict[str, tuple[str, ...]] = {}  # the columns of the data files the last part read
 
     def teardown(self) -> None:
         for reader in self._readers.values():
@@ -148,16 +152,33 @@ class _WriteParts(beam.DoFn):
                 errors = [ex.with_context(file=rel)]
         if errors:
             return (root, rel), _failed_part(header, [error_record(e, dataset=root, episodes_file=rel) for e in errors])
+        findings = self._check(root, rel, info, header, frames, inputs.videos)
         n_frames = sum(len(f) for f in frames.values())
         del frames  # the typed table holds them now
-        return (root, rel), self._write(header, table, n_frames)
+        written = self._write(header, table, n_frames)
+        return (root, rel), dataclasses.replace(written, findings=tuple(findings))
+
+    def _check(self, root: str, rel: str, info: DatasetInfo, header: PartHeader, frames: dict,
+               videos) -> list:
+        """The quality checks of the part's frames (already typed), its cameras' samples and its data files."""
+        if root not in self._tasks:
+            self._tasks[root] = quality.read_tasks(root)
+        columns = self._columns  # of the data files the part's frames were just read from
+        findings = quality.check_part(root, rel, info, header.rows, frames, tasks=self._tasks[root],
+                                      samples={v.file: v.samples for v in videos if v.samples is not None},
+                                      data_columns=columns, strict=self._config.strict)
+        self._counters["quality_findings"].inc(len(findings))
+        return findings
 
     def _read_frames(self, root: str, info: DatasetInfo, rows) -> tuple[dict, list[LeRobotImportError]]:
         """Each episode's typed frames by row position, and the errors met instead."""
         before = (self._reads.bytes_read, self._reads.requests)
         frames, errors = {}, []
+        self._columns = {}
         for data_file, episodes in _by_data_file(rows).items():
-            for batch in self._reader(root, data_file, info).read([(r.position, r) for r in episodes]):
+            reader = self._reader(root, data_file, info)
+            self._columns[data_file] = reader.columns  # for the quality checks: what it holds undeclared
+            for batch in reader.read([(r.position, r) for r in episodes]):
                 for position, _, result in frames_lib.typed_frames(batch, info):
                     if isinstance(result, LeRobotImportError):
                         errors.append(result)
@@ -252,15 +273,21 @@ class _CommitEpisodesFile(beam.DoFn):
     def process(self, element: tuple[tuple[str, str], Iterable[FileInputs]]) -> Iterator[tuple[str, DatasetReport]]:
         (root, rel), messages = element
         inputs = FileInputs.merge(messages)
-        outcome = sink.commit_episodes_file(self._config.output_of(root), root, rel, inputs.results,
-                                            inputs.duplicates)
+        out = self._config.output_of(root)
+        strict = [FailureRecord(root, rel, f.episode_index, f.file, "quality", quality.message(f))
+                  for f in inputs.findings if f.severity == quality.ERROR]
+        outcome = sink.commit_episodes_file(out, root, rel, inputs.results, inputs.duplicates + tuple(strict))
+        table = paths.quality_table_path(rel)
+        storage.write_atomic(output_state.confined(out, table, folder=paths.QUALITY_DIR, what="quality table"),
+                             quality.table_bytes(inputs.findings))
+        checked = FileQuality(rel, json.dumps(quality.summarize(inputs.findings), sort_keys=True), table)
         if outcome.status == "failed":
             primary = [f for f in outcome.failures if f.rule != "file_failed"] or list(outcome.failures)
             _LOG.warning("episodes file %s of %s failed: %s", rel, root, primary[0].message)
         else:
             _LOG.info("episodes file %s of %s imported: %d episodes, %d frames, %d parts", rel, root,
                       outcome.episodes, outcome.frames, len(outcome.parts))
-        yield root, DatasetReport(outcomes=(outcome,))
+        yield root, DatasetReport(outcomes=(outcome,), quality=(checked,))
 
 
 def _commit_bug(bad, config: ImportConfig) -> tuple[str, DatasetReport]:
@@ -396,6 +423,7 @@ def finish_dataset(config: ImportConfig, root: str, report: DatasetReport) -> tu
     doc["video_versions"] = video_versions
     failures = [f for o in outcomes for f in o.failures] + dataset_failures
     carry_kept_files(doc, report.kept, out)
+    failures += record_quality(config, root, doc, report)
     totals = doc["totals"]
     if totals["episodes"] != totals["episodes_written"] + totals["episodes_failed"]:
         failures.append(FailureRecord(root, None, None, None, "accounting",
@@ -404,6 +432,60 @@ def finish_dataset(config: ImportConfig, root: str, report: DatasetReport) -> tu
         doc["status"] = "failed"
         totals["errors"] += 1
     return doc, failures
+
+
+def record_quality(config: ImportConfig, root: str, doc: dict, report: DatasetReport) -> list[FailureRecord]:
+    """Add the quality checks to a manifest being written, and write the dataset's own quality table.
+
+    Each episodes file checked this run gets `quality` in its entry (its findings' summary, its table, and
+    what it lists: episodes, frames, episode ranges); an unchanged file keeps the one its import recorded; a
+    file that failed before its frames were read, or is gone, loses its table. The dataset's totals and
+    splits are compared with info.json when every episodes file's listing is known (quality/dataset.parquet).
+    The manifest's `quality` sums every file's and the dataset's findings per check.
+
+    Returns:
+        The errors of the strict checks among the dataset's own findings (rule `quality`), counted in the doc.
+    """
+    out = config.output_of(root)
+    entries = doc["episodes_files"]
+    checked = {q.episodes_file: q for q in report.quality}
+    counts = {c.episodes_file: c for c in report.file_counts}
+    for rel, entry in entries.items():
+        if rel in checked:
+            q, c = checked[rel], counts.get(rel)
+            entry["quality"] = {"checks": json.loads(q.checks_json), "table": q.table}
+            if c is not None:
+                entry["quality"]["listed"] = {"episodes": c.episodes, "frames": c.frames,
+                                              "episode_ranges": [list(r) for r in c.episode_ranges]}
+        elif entry.get("status") in ("failed", "removed"):
+            entry.pop("quality", None)
+            stale = output_state.confined(out, paths.quality_table_path(rel), folder=paths.QUALITY_DIR,
+                                          what="quality table")
+            if storage.exists(stale):
+                storage.remove(stale)
+    listed = [(e.get("quality") or {}).get("listed") for e in entries.values() if e.get("status") != "removed"]
+    findings: list = []
+    if listed and all(isinstance(x, dict) for x in listed):
+        raw = info_bytes(root)
+        episodes = sum(int(x["episodes"]) for x in listed)
+        frames = sum(int(x["frames"]) for x in listed)
+        indices = quality.indices_of(r for x in listed for r in x["episode_ranges"])
+        findings = quality.with_severity(
+            quality.dataset_totals(root, quality.info_document(raw or b"{}"), episodes, frames, indices),
+            config.strict)
+    storage.write_atomic(output_state.confined(out, paths.QUALITY_DATASET, folder=paths.QUALITY_DIR,
+                                               what="quality table"), quality.table_bytes(findings))
+    summaries = [(e.get("quality") or {}).get("checks") for e in entries.values()] + [quality.summarize(findings)]
+    checks = quality.merge_summaries(summaries)
+    tables = sorted([paths.QUALITY_DATASET] + [str(e["quality"]["table"]) for e in entries.values()
+                                               if isinstance(e.get("quality"), dict) and e["quality"].get("table")])
+    doc["quality"] = {"checks": checks, "findings": sum(c["findings"] for c in checks.values()), "tables": tables}
+    errors = [FailureRecord(root, None, None, f.file, "quality", quality.message(f)) for f in findings
+              if f.severity == quality.ERROR]
+    if errors:
+        doc["status"] = "failed"
+        doc["totals"]["errors"] += len(errors)
+    return errors
 
 
 def carry_kept_files(doc: dict, kept: Iterable[KeptFile], out: str) -> None:
@@ -455,14 +537,19 @@ def unknown_files_notes(unknown: Sequence[str]) -> list[str]:
             "manages that folder, so keep other files elsewhere"]
 
 
+def info_bytes(root: str) -> Optional[bytes]:
+    """meta/info.json as it is now, None when it cannot be read (that failure is recorded where it was met)."""
+    try:
+        return storage.read_bytes(storage.dataset_file(root, INFO_PATH), what="info file", file=INFO_PATH)
+    except LeRobotImportError:
+        return None
+
+
 def info_sha256(root: str) -> Optional[str]:
     """The digest of meta/info.json as it is now, None when it cannot be read (that failure is recorded
     where it was met). Hashed, not parsed: a file too deep or too large to parse still has a digest."""
-    try:
-        raw = storage.read_bytes(storage.dataset_file(root, INFO_PATH), what="info file", file=INFO_PATH)
-    except LeRobotImportError:
-        return None
-    return sink.sha256_hex(raw)
+    raw = info_bytes(root)
+    return None if raw is None else sink.sha256_hex(raw)
 
 
 def skip_videos_notes(failures: Iterable[VideoFailure]) -> list[str]:

@@ -4,6 +4,8 @@
     OUT/episodes/<stem>.part-NNNN.parquet                     or its ordered parts (read in parts)
     OUT/media_index/<MP4 folder>.parquet                      one row per MP4 of that dataset folder:
                                                               uri, size, version, MediaIndex
+    OUT/quality/<path under meta/episodes/>                  the quality checks' findings of an episodes file
+    OUT/quality/dataset.parquet                               and of the dataset as a whole
     OUT/errors.jsonl                                          one JSON object per failure
     OUT/manifest.json                                         what was imported
 
@@ -36,9 +38,12 @@ ERRORS = "errors.jsonl"
 #: The lease a running import holds on its output, and the lock file local leases take it under.
 LEASE = ".lease.json"
 LEASE_LOCK = LEASE + ".lock"
+#: The quality checks' findings: one table per episodes file, and the dataset's own.
+QUALITY_DIR = "quality"
+QUALITY_DATASET = f"{QUALITY_DIR}/dataset.parquet"
 #: What an import writes and cleans up under its output root: a dataset placed under one of these
 #: would be overwritten or removed by the import itself.
-MANAGED = (EPISODES_DIR, MEDIA_INDEX_DIR, MANIFEST, ERRORS)
+MANAGED = (EPISODES_DIR, MEDIA_INDEX_DIR, MANIFEST, ERRORS, QUALITY_DIR)
 
 _INPUT_EPISODES_DIR = "meta/episodes"
 
@@ -51,6 +56,12 @@ def output_part_path(episodes_file: str, part: int, num_parts: int) -> str:
         stem = rel[: -len(".parquet")] if rel.endswith(".parquet") else rel
         rel = f"{stem}.part-{part:04d}.parquet"
     return f"{EPISODES_DIR}/{rel}"
+
+
+def quality_table_path(episodes_file: str) -> str:
+    """`quality/<path under meta/episodes/>`: the findings of one episodes file (an episodes file lies in a
+    folder under meta/episodes/, so it never meets `quality/dataset.parquet`)."""
+    return QUALITY_DIR + output_part_path(episodes_file, 0, 1)[len(EPISODES_DIR):]
 
 
 def is_part_name(name: str, stem: str) -> bool:

@@ -200,6 +200,11 @@ class DataFileReader:
         # read unit) begin in it when it holds rows of both, and it is then not read again.
         self._last: Optional[tuple[int, pa.Table]] = None
 
+    @property
+    def columns(self) -> tuple[str, ...]:
+        """Every column the data file holds (its footer's schema), () when it could not be opened."""
+        return tuple(self._pf.schema_arrow.names) if self._error is None else ()
+
     def read(self, episodes: Sequence[tuple[K, EpisodeRow]]) -> Iterator[SliceBatch[K]]:
         """Yield, batch by batch, the raw rows of every episode (or the error that stops it).
 

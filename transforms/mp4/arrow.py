@@ -18,7 +18,7 @@ from transforms.episode import spql_types
 from transforms.mp4.limits import DEFAULT_LIMITS, Limits
 from transforms.mp4.tables import CODECS, Chunks, DtsRuns, EditList, Gops, MediaIndex, MediaTrack
 
-__all__ = ["InvalidMediaIndex", "media_index_array", "read_track", "storage_of"]
+__all__ = ["InvalidMediaIndex", "decode_times", "media_index_array", "read_track", "storage_of"]
 
 _NUMPY: dict[pa.DataType, type] = {pa.uint8(): np.uint8, pa.uint32(): np.uint32, pa.int32(): np.int32,
                                    pa.int64(): np.int64, pa.uint64(): np.uint64}
@@ -176,3 +176,15 @@ def check_track(t: MediaTrack, limits: Limits = DEFAULT_LIMITS) -> None:
     starts = t.gops.decode_start.astype(np.int64)
     if not len(starts) or np.any(np.diff(starts) <= 0) or starts[-1] - starts[0] >= n:
         raise InvalidMediaIndex(f"{name}: gops must increase and lie within the {n:,} samples")
+
+
+def decode_times(t: MediaTrack) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(durations, dts, pts) in ticks per sample, decode order; pts with its minimum at 0 (the timeline
+    FFmpeg, PyAV and torchcodec report for the files LeRobot writes, as the reader seeks on it)."""
+    n = len(t.sizes)
+    deltas = np.repeat(t.dts_runs.delta.astype(np.int64), t.dts_runs.count.astype(np.int64))
+    dts = np.zeros(n, np.int64)
+    if n > 1:
+        np.cumsum(deltas[:-1], out=dts[1:])
+    cts = dts + t.ctts.astype(np.int64) if t.ctts is not None else dts.copy()
+    return deltas, dts, cts - (cts.min() if n else 0)

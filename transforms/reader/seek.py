@@ -100,17 +100,6 @@ def codec_config(sample_entry: bytes, codec: str) -> bytes:
     return bytes(walk.buf[config.payload:config.end])
 
 
-def _decode_times(t: MediaTrack) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(durations, dts, pts) in ticks per sample, decode order; pts with its minimum at 0."""
-    n = len(t.sizes)
-    deltas = np.repeat(t.dts_runs.delta.astype(np.int64), t.dts_runs.count.astype(np.int64))
-    dts = np.zeros(n, np.int64)
-    if n > 1:
-        np.cumsum(deltas[:-1], out=dts[1:])
-    cts = dts + t.ctts.astype(np.int64) if t.ctts is not None else dts.copy()
-    return deltas, dts, cts - cts.min()
-
-
 def _sample_offsets(t: MediaTrack) -> np.ndarray:
     """Absolute file offset of every sample: its chunk's offset plus the sizes before it in the chunk."""
     n = len(t.sizes)
@@ -161,7 +150,7 @@ class TrackTables:
             track = mp4_arrow.read_track(index, track_id)
         except mp4_arrow.InvalidMediaIndex as ex:
             raise ReaderError(str(ex)) from None
-        deltas, dts, pts = _decode_times(track)
+        deltas, dts, pts = mp4_arrow.decode_times(track)
         # The reference drops samples before the first sync sample from the per-sample lists but
         # keeps the GOPs' original numbering: renumber from the first GOP.
         gop_start = track.gops.decode_start.astype(np.int64)

@@ -1,0 +1,71 @@
+"""All the checks of one part (or one episodes file): its episodes' typed frames, their cameras' sample
+times, and the columns of the data files it read. The import's part writer and `lerobot-import check`
+call the same function, so a check finds the same things in both.
+"""
+
+from __future__ import annotations
+
+import io
+from typing import Mapping, Optional, Sequence
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from transforms import storage
+from transforms.lerobot.episodes_files import EpisodeRow
+from transforms.lerobot.info import DatasetInfo
+from transforms.lerobot.tasks import TASKS_PATH, tasks_in_row_order
+from transforms.errors import LeRobotImportError
+from transforms.quality import dataset_checks
+from transforms.quality.episode_checks import EpisodeContext, check_episode
+from transforms.quality.findings import Finding, with_severity
+from transforms.quality.video_checks import SampleTimes, video_samples
+
+
+def check_part(dataset: str, episodes_file: str, info: DatasetInfo, rows: Sequence[EpisodeRow],
+               frames: Mapping[int, pa.StructArray], *, tasks: Optional[Sequence[str]] = None,
+               samples: Optional[Mapping[str, SampleTimes]] = None,
+               data_columns: Optional[Mapping[str, Sequence[str]]] = None,
+               strict: frozenset[str] = frozenset(), declared: Optional[DatasetInfo] = None) -> list[Finding]:
+    """The findings of some episodes of one episodes file.
+
+    Args:
+        dataset: the dataset root URI.
+        episodes_file: the episodes file, relative to the root.
+        info: the dataset's info.json.
+        rows: the episodes, in row order.
+        frames: each episode's typed frames, by row position (an episode without is not checked).
+        tasks: meta/tasks.parquet's tasks in row order (None: the tasks check is skipped).
+        samples: per MP4 (relative path), its sample times around these episodes' clips.
+        data_columns: per data file these episodes read, its column names.
+        strict: the checks whose findings are errors.
+        declared: the whole info.json, when `info` is cut to the columns read (what a data file may hold).
+    """
+    found: list[Finding] = []
+    for row in rows:
+        episode = frames.get(row.position)
+        if episode is None:
+            continue
+        ctx = EpisodeContext(dataset, episodes_file, row, episode, info)
+        found += check_episode(ctx, tasks)
+        if samples:
+            found += video_samples(ctx, samples)
+    first_reader: dict[str, int] = {}
+    for row in rows:
+        first_reader.setdefault(row.data_file, row.episode_index)
+    for data_file, columns in sorted((data_columns or {}).items()):
+        extra = dataset_checks.undeclared_columns(dataset, episodes_file, data_file, columns, declared or info,
+                                                  first_reader.get(data_file))
+        if extra is not None:
+            found.append(extra)
+    return with_severity(found, strict)
+
+
+def read_tasks(root: str) -> Optional[list[str]]:
+    """meta/tasks.parquet's tasks in row order (task_index k is row k), None when the dataset has no readable
+    tasks file (the tasks check is then skipped: nothing to compare with)."""
+    try:
+        raw = storage.read_bytes(storage.dataset_file(root, TASKS_PATH), what="tasks file", file=TASKS_PATH)
+        return tasks_in_row_order(pq.read_table(io.BytesIO(raw)))
+    except (LeRobotImportError, OSError, KeyError, ValueError, pa.ArrowException):
+        return None
