@@ -551,7 +551,7 @@ def measure_side(spec: dict) -> dict:
             t0 = time.perf_counter()
             for a, _ in ds.episode_bounds:
                 ds[a]
-                if time.perf_counter() - t0 > 6 * seconds:
+                if time.perf_counter() - t0 > 3 * seconds:
                     break
             else:
                 out[name] = {**timed(ds, orders[order][items:]), "open_s": opened}
