@@ -238,3 +238,19 @@ def test_per_process_caches_stay_within_their_budgets(layouts, monkeypatch):
         _equal_items(small[i], full[i])
         assert len(small._groups_cache) == 1
     assert small._reader().row_groups_read == 3 + 3  # the scan, then groups 0, 2 and 0 again
+
+
+def test_a_window_in_one_gop_is_one_read(layouts):
+    """The frames of a camera window that share a decode closure are fetched in one read: the item whose
+    window [t - 1, t] of top lies in one GOP costs one request per camera, and one decode stream each."""
+    from transforms.reader.frames import closure_starts
+
+    ds = ImportedFrames(layouts["many"], delta_timestamps=WINDOWS)
+    prep = ds._episode(1)
+    h = ds._handle(prep, "observation.images.top")
+    samples = h.track.order[h.locate(prep.timestamps.astype(np.float64))]
+    firsts = closure_starts(h.track, samples)
+    pos = int(np.flatnonzero((firsts[1:] == firsts[:-1]) & (samples[1:] > samples[:-1]))[0]) + 1
+    item = ds[ds.episode_bounds[1][0] + pos]
+    assert item["observation.images.top"].shape[0] == 2
+    assert ds.gop_cache.streams_started == 2 and ds.gop_cache.stats.requests == 2

@@ -642,6 +642,9 @@ def layouts_main(args) -> None:
                 raise SystemExit(f"the import of {root} failed: see {out}/errors.jsonl")
         from transforms.reader import GopBlockSampler, ImportedFrames, ImportReader
         ds = ImportedFrames(str(out))
+        if ds.num_episodes != params["episodes"]:
+            raise SystemExit(f"{out} holds {ds.num_episodes} of the {params['episodes']} episodes: remove it to import "
+                             "again")
         rng = np.random.default_rng(args.seed)
         orders = work / f"orders_{slug}.npz"
         np.savez(orders, sequential=np.arange(len(ds)), random=rng.permutation(len(ds)),

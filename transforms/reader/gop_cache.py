@@ -186,10 +186,16 @@ class GopCache:
         """
         self._check_process()
         with self._lock:
-            return [self._sample_frame(uri, track, s) for s in np.asarray(samples, np.int64).tolist()]
+            wanted = np.asarray(samples, np.int64)
+            # the last sample asked of each decode closure: a new stream fetches the bytes of all the frames
+            # asked of it in one batch of reads (a window of frames in one GOP is one request, not one each)
+            firsts = [track.closure_start(s) for s in wanted.tolist()]
+            upto: dict[int, int] = {}
+            for f, s in zip(firsts, wanted.tolist()):
+                upto[f] = max(upto.get(f, s), s)
+            return [self._sample_frame(uri, track, s, f, upto[f]) for s, f in zip(wanted.tolist(), firsts)]
 
-    def _sample_frame(self, uri: str, track: TrackTables, s: int) -> np.ndarray:
-        first = track.closure_start(s)
+    def _sample_frame(self, uri: str, track: TrackTables, s: int, first: int, upto: int) -> np.ndarray:
         key = (uri, first)
         stream = self._streams.get(key)
         if stream is None:
@@ -201,7 +207,7 @@ class GopCache:
         else:
             self._streams.move_to_end(key)
         try:
-            frame = self._frame(stream, s)
+            frame = self._frame(stream, s, upto)
         except ReaderError:
             self._streams.pop(key, None)  # a failed stream is not kept: the next request tries afresh
             raise
@@ -294,7 +300,7 @@ class GopCache:
         stream.nbytes += rgb.nbytes - stream.frame_bytes
         return rgb
 
-    def _frame(self, stream: _Stream, sample: int) -> np.ndarray:
+    def _frame(self, stream: _Stream, sample: int, upto: Optional[int] = None) -> np.ndarray:
         """Feed the stream's decoder until `sample`'s frame comes out (or the stream is drained)."""
         import av
 
@@ -310,10 +316,12 @@ class GopCache:
                 stream.nbytes = 0
                 stream.last, stream.fed = stream.first - 1, stream.first
                 self.streams_started += 1
-            # A new stream reads only the frame's decode closure (a random read needs no more); a stream
+            # A new stream reads only the decode closure of the frames asked of it in this request, up to the
+            # last of them (a random read needs no more); a stream
             # asked again for a later frame is being walked through, so it reads the rest of the GOP at once
             # (one more request per GOP, not one per frame).
-            self._fetch(stream, sample if stream.last < stream.first else max(sample, gop_end(tr, stream.last)))
+            self._fetch(stream, max(sample, upto or sample) if stream.last < stream.first else
+                        max(sample, gop_end(tr, stream.last)))
         if stream.ctx is None and stream.fed == stream.first:
             stream.ctx = self._decoder(tr)
         time_base = Fraction(1, tr.timescale)
