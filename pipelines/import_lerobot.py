@@ -123,8 +123,10 @@ def run(argv: Optional[Sequence[str]] = None, *, wait: bool = True, verbosity: i
                   "(--wait-for-lease SECONDS waits for them)")
             return 1
         config = dataclasses.replace(config, targets=tuple(keepers))
-        result = build_pipeline(options, config).run()
-        result.wait_until_finish()
+        from pipelines import progress
+        with progress.showing(verbosity >= 0 and progress.local_run(options)):
+            result = build_pipeline(options, config).run()
+            result.wait_until_finish()
         status = summarize(result, config)
         lost = [keeper.lost for keeper in keepers.values() if keeper is not None and keeper.lost is not None]
         for ex in lost:  # another run took the output over while this one imported: its result is suspect

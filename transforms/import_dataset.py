@@ -26,7 +26,7 @@ from typing import Iterable, Iterator, NamedTuple, Optional, Sequence
 
 import apache_beam as beam
 
-from transforms import hub, quality, storage
+from transforms import hub, progress, quality, storage
 from transforms.episode import output_state, paths, quirks
 from transforms.episode.media_index_table import MediaIndexPlan, decide_run
 from transforms.episode.outcomes import failed_file
@@ -177,6 +177,7 @@ class _CheckDataset(beam.DoFn):
         yield beam.pvalue.TaggedOutput("reports", (root, report))
         for rel in files:
             if rel not in leave:
+                progress.add(episodes_files=1)
                 yield root, rel
         if media is not None:
             yield from _media_messages(root, media)
@@ -362,8 +363,11 @@ class _PlanEpisodesFile(beam.DoFn):
         root, rel = element
         planned = self._plan(root, rel)
         if isinstance(planned, DatasetReport):
+            progress.add(episodes_files_planned=1, episodes_files_done=1, episodes_files_failed=1)
             yield beam.pvalue.TaggedOutput("reports", (root, planned))
             return
+        rows = planned[1]
+        progress.add(episodes_files_planned=1, episodes_planned=len(rows), frames_planned=sum(r.length for r in rows))
         yield from _plan_messages(root, rel, *planned)
 
     def _plan(self, root: str, rel: str) -> tuple | DatasetReport:

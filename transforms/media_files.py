@@ -19,7 +19,7 @@ from typing import Iterable, Iterator, NamedTuple, Optional
 import apache_beam as beam
 import pyarrow as pa
 
-from transforms import quality, storage
+from transforms import progress, quality, storage
 from transforms.episode import quirks
 from transforms.episode.clips import VideoFile
 from transforms.episode.quirks import ClipSpan
@@ -185,6 +185,7 @@ class _ReadMp4File(beam.DoFn):
         if read:
             self._files.inc()
             self._bytes.inc(facts.reads.bytes_read)
+            progress.add(mp4_bytes=facts.reads.bytes_read)
             self._requests.inc(facts.reads.requests)
         video = facts.video_file(inline_index=self._config.inline_index)
         for part, samples in sorted(part_samples(rel, facts.index, uses).items()):

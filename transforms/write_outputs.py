@@ -20,7 +20,7 @@ from typing import Iterable, Iterator, Optional, Sequence
 
 import apache_beam as beam
 
-from transforms import quality, storage
+from transforms import progress, quality, storage
 from transforms.episode import output as sink
 from transforms.episode import frames as frames_lib
 from transforms.episode import output_state, paths
@@ -173,17 +173,24 @@ class _WriteParts(beam.DoFn):
     def _read_frames(self, root: str, info: DatasetInfo, rows) -> tuple[dict, list[LeRobotImportError]]:
         """Each episode's typed frames by row position, and the errors met instead."""
         before = (self._reads.bytes_read, self._reads.requests)
+        self._progress_bytes = before[0]
         frames, errors = {}, []
         self._columns = {}
         for data_file, episodes in _by_data_file(rows).items():
             reader = self._reader(root, data_file, info)
             self._columns[data_file] = reader.columns  # for the quality checks: what it holds undeclared
             for batch in reader.read([(r.position, r) for r in episodes]):
+                typed = n_frames = 0
                 for position, _, result in frames_lib.typed_frames(batch, info):
                     if isinstance(result, LeRobotImportError):
                         errors.append(result)
                     else:
                         frames[position] = result
+                        typed, n_frames = typed + 1, n_frames + len(result)
+                # the live progress line, per batch as it is read (the counters are only read at the end)
+                read_now = self._reads.bytes_read
+                progress.add(episodes=typed, frames=n_frames, data_bytes=read_now - self._progress_bytes)
+                self._progress_bytes = read_now
         self._counters["data_bytes_read"].inc(self._reads.bytes_read - before[0])
         self._counters["data_read_requests"].inc(self._reads.requests - before[1])
         return frames, errors
@@ -281,6 +288,7 @@ class _CommitEpisodesFile(beam.DoFn):
         storage.write_atomic(output_state.confined(out, table, folder=paths.QUALITY_DIR, what="quality table"),
                              quality.table_bytes(inputs.findings))
         checked = FileQuality(rel, json.dumps(quality.summarize(inputs.findings), sort_keys=True), table)
+        progress.add(episodes_files_done=1, episodes_files_failed=int(outcome.status == "failed"))
         if outcome.status == "failed":
             primary = [f for f in outcome.failures if f.rule != "file_failed"] or list(outcome.failures)
             _LOG.warning("episodes file %s of %s failed: %s", rel, root, primary[0].message)
