@@ -32,6 +32,8 @@ class VideoAccess:
         open_file: opens a video file for range reads (default: `ranges.open_uri`); not pickled.
         cache_key: names the output the episode comes from (its root and run): each file's TrackTables
             are built once per process and output; empty, they are built at each `video()` call.
+        relocate: where a clip's file is read now, when the dataset moved (`confine.Relocation.uri`);
+            the clip's own URI still names its MediaIndex.
     """
 
     tolerance: float = DEFAULT_TOLERANCE
@@ -39,6 +41,7 @@ class VideoAccess:
     skip_videos: bool = False
     open_file: Optional[Callable[[str], ranges.RangeReader]] = None
     cache_key: str = ""
+    relocate: Optional[Callable[[str], str]] = None
 
 
 class _LRU:
@@ -290,6 +293,8 @@ def camera_handle(access: VideoAccess, episode_index: int, camera: str, uri: Opt
     if track is None:
         raise ReaderError(f"episode {episode_index} camera {camera}: {uri} has no MediaIndex "
                           "(its codec is not indexed, or media_index/ lacks it)")
+    if access.relocate is not None:
+        uri = access.relocate(uri)
     return VideoHandle(uri=uri, clip_start_ns=start_ns, clip_end_ns=end_ns, time_origin_ns=origin_ns, track=track,
                        source=_open(access.open_file or ranges.open_uri, uri), frame_count=length,
                        tolerance=access.tolerance if tolerance is None else tolerance)

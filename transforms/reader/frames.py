@@ -272,6 +272,8 @@ class ImportedFrames(_Dataset):
             between an offset and a whole number of frames.
         allowed_roots: roots video files may be read from (default: the dataset root the manifest names;
             the import root always).
+        dataset_root: where the dataset is now, when it moved after the import (see `ImportReader`); its
+            meta/ files are read there too.
         cache_gops: decode streams (about a GOP of one camera each) kept per process.
         camera_dtype: "float32" (LeRobot's: C x H x W in [0, 1]) or "uint8" (the decoded 0..255 values, a
             quarter of the bytes through the DataLoader; `batch.float().div_(255)` on the training device
@@ -286,7 +288,7 @@ class ImportedFrames(_Dataset):
                  episodes: Optional[Sequence[int]] = None, image_transforms: Optional[Callable] = None,
                  recipe: Any = None, tolerance_s: float = DEFAULT_TOLERANCE,
                  allowed_roots: Optional[Sequence[str]] = None, cache_gops: int = 8,
-                 camera_dtype: str = "float32") -> None:
+                 camera_dtype: str = "float32", dataset_root: Optional[str] = None) -> None:
         _torch()
         if camera_dtype not in CAMERA_DTYPES:
             raise FramesError(f"camera_dtype={camera_dtype!r} is not one of {', '.join(map(repr, CAMERA_DTYPES))}")
@@ -301,6 +303,9 @@ class ImportedFrames(_Dataset):
         self._gops = GopCache(cache_gops)
         manifest = _read_manifest(self.root)
         self.dataset_root = manifest.dataset if manifest is not None else None
+        self.moved_to = None if dataset_root is None else storage.normalize_root(str(dataset_root))
+        if self.moved_to is not None:
+            self.dataset_root = self.moved_to
         reader = self._reader()
         self._row_groups = reader.row_groups()
         if not self._row_groups:
@@ -339,7 +344,8 @@ class ImportedFrames(_Dataset):
         self._check_process()
         if self._import_reader is None:
             self._import_reader = ImportReader(self.root, tolerance=self.tolerance_s,
-                                               allowed_roots=self.allowed_roots, open_file=self._gops.open_file)
+                                               allowed_roots=self.allowed_roots, open_file=self._gops.open_file,
+                                               dataset_root=self.moved_to)
         return self._import_reader
 
     def _scan(self, episodes: Optional[Sequence[int]]) -> None:

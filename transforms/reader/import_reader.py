@@ -33,7 +33,7 @@ from transforms import storage
 from transforms.episode import paths, spql_types
 from transforms.errors import LeRobotImportError
 from transforms.mp4 import ranges
-from transforms.reader.confine import part_uri
+from transforms.reader.confine import part_uri, relocation
 from transforms.reader.episode import Episode, VideoAccess, _LRU, track_tables
 from transforms.reader.seek import DEFAULT_TOLERANCE, ReaderError, TrackTables
 
@@ -480,6 +480,9 @@ class ImportReader:
         tolerance: the largest distance (s) between a requested time and the frame a seek returns.
         allowed_roots: the roots video files may be read from (default: the dataset root the manifest
             names); the import root is always allowed.
+        dataset_root: where the dataset is now, when it moved or was copied after the import: each clip
+            is read at its path under this root instead of the one the manifest names, once the file
+            there has the size the import recorded (else a ReaderError says which file differs).
         open_file: opens a video file for range reads (default: `mp4.ranges.open_uri`), e.g. to count
             or record reads.
     Raises:
@@ -489,7 +492,8 @@ class ImportReader:
 
     def __init__(self, output_uri: str, *, tolerance: float = DEFAULT_TOLERANCE,
                  allowed_roots: Optional[Sequence[str]] = None,
-                 open_file: Optional[Callable[[str], ranges.RangeReader]] = None) -> None:
+                 open_file: Optional[Callable[[str], ranges.RangeReader]] = None,
+                 dataset_root: Optional[str] = None) -> None:
         self.root = storage.normalize_root(output_uri)
         manifest = _read_manifest(self.root)
         if manifest is None:
@@ -503,8 +507,13 @@ class ImportReader:
         if allowed_roots is None:
             allowed_roots = [manifest.dataset] if manifest.dataset else []
         roots = (self.root,) + tuple(storage.normalize_root(r) for r in allowed_roots)
+        self.relocation = None
+        if dataset_root is not None:  # clips keep their URIs (the media_index keys); only the reads move
+            self.relocation = relocation(self.root, manifest.dataset, str(dataset_root),
+                                         max_manifest_bytes=MAX_MANIFEST_BYTES)
         self.access = VideoAccess(tolerance=tolerance, allowed_roots=roots, skip_videos=manifest.skip_videos,
-                                  open_file=open_file, cache_key=f"{self.root} {manifest.run_id}")
+                                  open_file=open_file, cache_key=f"{self.root} {manifest.run_id}",
+                                  relocate=self.relocation.uri if self.relocation else None)
         #: The episode parts, kept open (one footer read per part and process).
         self.parquet = ParquetFiles()
         self.media_index = MediaIndexStore(list(manifest.media_index))
