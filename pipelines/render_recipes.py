@@ -14,27 +14,14 @@ import argparse
 import json
 import logging
 import sys
-from typing import Optional, Sequence
-
-import apache_beam as beam
-from apache_beam.metrics.metric import MetricsFilter
-from apache_beam.options.pipeline_options import PipelineOptions
+from typing import TYPE_CHECKING, Optional, Sequence
 
 from transforms import storage
 from transforms.errors import LeRobotImportError
-from transforms.language.errors import RecipeError
-from transforms.language.recipe import parse_recipe, read_recipe_file
-from transforms.read_episodes import ReadImportedEpisodes
-from transforms.render_samples import (
-    FAILURES,
-    NAMESPACE,
-    SAMPLE_SCHEMA,
-    SAMPLES,
-    RenderTrainingSamples,
-    WriteRenderFailures,
-    errors_path,
-    load_tasks,
-)
+
+if TYPE_CHECKING:  # Beam and the render steps are imported to run, not for --help
+    import apache_beam as beam
+    from apache_beam.options.pipeline_options import PipelineOptions
 
 EXAMPLES = """\
 examples:
@@ -46,7 +33,7 @@ examples:
 Every other option is an Apache Beam pipeline option (--runner, --direct_num_workers, Dataflow's
 --project/--region/--temp_location, ...): see Beam's documentation of PipelineOptions.
 Exit status: 0 when every frame rendered, 1 when a frame could not be rendered (see SAMPLES/errors.jsonl)
-or the recipe, the import or the tasks could not be read.
+or the recipe, the import or the tasks could not be read, 2 when the command line is wrong.
 """
 
 
@@ -74,6 +61,7 @@ def render_parser() -> argparse.ArgumentParser:
 
 def _read_recipe(path: str) -> str:
     """The recipe file's text, checked (a bad recipe stops the command before anything runs)."""
+    from transforms.language.recipe import parse_recipe, read_recipe_file
     text = read_recipe_file(path)
     parse_recipe(text, name=path)
     return text
@@ -105,6 +93,12 @@ def build_pipeline(opts: argparse.Namespace, options: PipelineOptions, recipe_te
     Returns:
         The pipeline, not yet run.
     """
+    import apache_beam as beam
+
+    from transforms.read_episodes import ReadImportedEpisodes
+    from transforms.render_samples import (FAILURES, SAMPLE_SCHEMA, SAMPLES, RenderTrainingSamples,
+                                           WriteRenderFailures)
+
     source = storage.normalize_root(opts.input)
     prefix = opts.output.rstrip("/") + "/samples"
     p = beam.Pipeline(options=options)
@@ -132,6 +126,9 @@ def _count_lines(uri: str) -> int:
 
 def _counter(result, name: str) -> Optional[int]:
     """A counter of the finished run, when the runner reports metrics."""
+    from apache_beam.metrics.metric import MetricsFilter
+
+    from transforms.render_samples import NAMESPACE
     try:
         found = result.metrics().query(MetricsFilter().with_namespace(NAMESPACE).with_name(name))["counters"]
     except (NotImplementedError, AttributeError, KeyError):
@@ -151,6 +148,10 @@ def run(argv: Optional[Sequence[str]] = None) -> int:
         The exit status: 0 when every frame rendered, 1 when a frame failed or an input cannot be read.
     """
     opts, beam_args = render_parser().parse_known_args(list(sys.argv[1:] if argv is None else argv))
+    from apache_beam.options.pipeline_options import PipelineOptions
+
+    from transforms.language.errors import RecipeError
+    from transforms.render_samples import errors_path, load_tasks
     try:
         recipe_text = _read_recipe(opts.recipe)
         tasks = load_tasks(_dataset_root(storage.normalize_root(opts.input), opts.tasks))

@@ -163,7 +163,8 @@ def test_version_and_help_answer_without_beam_or_pyarrow():
     lines = run_python(
         "import sys, io, contextlib\n"
         "from pipelines.import_lerobot import main\n"
-        "for argv in (['--version'], ['--help'], None, ['plan', '--help'], ['verify', '--help']):\n"
+        "for argv in (['--version'], ['--help'], None, ['plan', '--help'], ['verify', '--help'],\n"
+        "             ['render', '--help']):\n"
         "    if argv is None:\n"
         "        print('beam', 'apache_beam' in sys.modules, 'pyarrow', 'pyarrow' in sys.modules)\n"
         "        continue\n"
@@ -183,7 +184,8 @@ def test_version_and_help_answer_without_beam_or_pyarrow():
     assert lines[2] == "beam False pyarrow False"
     assert lines[3].startswith("['plan', '--help'] 0 usage: lerobot-import plan")
     assert lines[4].startswith("['verify', '--help'] 0 usage: lerobot-import verify")
-    assert lines[5] == "beam False"  # plan and verify need no Beam either
+    assert lines[5].startswith("['render', '--help'] 0 usage: lerobot-import render")
+    assert lines[6] == "beam False"  # plan, verify and render need no Beam for their help either
 
 
 def _described(parser) -> list[str]:
