@@ -11,7 +11,6 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
-from typing import Optional
 
 import pytest
 
@@ -279,24 +278,29 @@ def test_summary_numbers_are_the_manifests(tmp_path, capsys):
     metrics = dict(item.split("=") for item in next(x for x in printed if x.startswith("metrics: "))[9:].split(", "))
     assert int(metrics["errors"]) == totals["errors"], metrics
 
-def _cli(*argv: str, env: Optional[dict] = None) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "pipelines.import_lerobot", *argv], cwd=REPO, capture_output=True,
-                          text=True, timeout=300, env=dict(os.environ, PYTHONPATH=str(REPO), **(env or {})))
+def _main(capfd, *argv: str) -> tuple[int, str, str]:
+    with pytest.raises(SystemExit) as done:
+        import_lerobot.main(list(argv))
+    out, err = capfd.readouterr()
+    return done.value.code, out, err
 
 
-def test_a_run_prints_nothing_a_user_cannot_act_on(tmp_path):
+def test_a_run_prints_nothing_a_user_cannot_act_on(tmp_path, capfd):
     """By default: the summary on stdout; on stderr only the project's own lines (here, the episodes file
     imported), not Beam's warning about a DoFn or its type-hint notes. -q: the summary alone."""
-    proc = _cli("--dataset", str(SAMPLE), "--output", str(tmp_path / "a"), "--runner", "FnApiRunner")
-    assert proc.returncode == 0, proc.stderr
-    assert proc.stderr.splitlines() == [f"INFO transforms.write_outputs: episodes file "
-                                        f"meta/episodes/chunk-000/file-000.parquet of file://{SAMPLE} imported: "
-                                        f"4 episodes, 46 frames, 1 parts"], proc.stderr
-    assert proc.stdout.startswith(f"file://{SAMPLE}: imported - 4/4 episodes")
-    quiet = _cli("-q", "--dataset", str(SAMPLE), "--output", str(tmp_path / "b"), "--runner", "FnApiRunner")
-    assert quiet.returncode == 0 and quiet.stderr == "", quiet.stderr
-    assert quiet.stdout.splitlines()[0] == f"file://{SAMPLE}: imported - 4/4 episodes, 46 frames, 1/1 episodes " \
-                                           f"files, 0 errors -> file://{tmp_path / 'b'}"
+    code, out, err = _main(capfd, "--dataset", str(SAMPLE), "--output", str(tmp_path / "a"), "--runner", "FnApiRunner")
+    assert code == 0, err
+    # (a run longer than 30 s, on a loaded machine, also logs its progress line)
+    lines = [line for line in err.splitlines() if not line.startswith("INFO pipelines.progress: progress: [")]
+    assert lines == [f"INFO transforms.write_outputs: episodes file "
+                                f"meta/episodes/chunk-000/file-000.parquet of file://{SAMPLE} imported: "
+                                f"4 episodes, 46 frames, 1 parts"], err
+    assert out.startswith(f"file://{SAMPLE}: imported - 4/4 episodes")
+    code, out, err = _main(capfd, "-q", "--dataset", str(SAMPLE), "--output", str(tmp_path / "b"),
+                           "--runner", "FnApiRunner")
+    assert code == 0 and err == "", err
+    assert out.splitlines()[0] == f"file://{SAMPLE}: imported - 4/4 episodes, 46 frames, 1/1 episodes " \
+                                  f"files, 0 errors -> file://{tmp_path / 'b'}"
 
 
 def test_verbosity_levels():
@@ -354,3 +358,18 @@ def test_a_host_name_that_does_not_resolve_is_not_retried():
     assert message.startswith("[hub_unreachable] cannot reach the Hub for the dataset lerobot/x: the Hub's host "
                               "name does not resolve (")
     assert "this machine has no network or no DNS; check the connection (or HF_ENDPOINT) and import again" in message
+
+
+def test_default_logging_hides_type_hints_and_http_lines_and_keeps_dataflow_job_messages():
+    """As the Flex Template launcher sets it up: Beam's type-hint notes (one per DoFn) and per-request HTTP
+    lines are off, the Dataflow runner's job messages and the project's own lines on."""
+    from pipelines import console
+    console.configure_logging(0, dataflow=True)
+    assert not logging.getLogger("apache_beam.typehints.native_type_compatibility").isEnabledFor(logging.INFO)
+    assert not logging.getLogger("httpx").isEnabledFor(logging.INFO)
+    assert not logging.getLogger("huggingface_hub.utils._http").isEnabledFor(logging.WARNING)
+    assert logging.getLogger("apache_beam.runners.dataflow.dataflow_runner").isEnabledFor(logging.INFO)
+    assert logging.getLogger("transforms.write_outputs").isEnabledFor(logging.INFO)
+    console.configure_logging(-1)
+    assert not logging.getLogger("transforms.write_outputs").isEnabledFor(logging.WARNING)
+    assert logging.getLogger("transforms.write_outputs").isEnabledFor(logging.ERROR)

@@ -181,6 +181,8 @@ def test_flags_left_out_keep_their_defaults():
 def test_launcher_rejects_a_flag_value_it_cannot_read():
     with pytest.raises(SystemExit, match="--inline_index takes true or false"):
         load_launcher().template_argv(["--inline_index=maybe"])
+    # the launcher itself: one line in the launch log and exit status 2, as the command does
+    assert load_launcher().main(["--inline_index=maybe"]) == 2
 
 
 # --- launch.json -------------------------------------------------------------------------------

@@ -15,6 +15,7 @@ import argparse
 import sys
 from typing import Optional, Sequence
 
+from pipelines.cli import EXIT_USAGE, UsageError
 from pipelines.console import configure_logging
 from pipelines.import_lerobot import run
 from pipelines.options import ImportOptions
@@ -41,7 +42,7 @@ def template_argv(argv: Sequence[str]) -> list[str]:
         elif value.strip().lower() in TRUE:
             out.append(name)
         elif value.strip().lower() not in FALSE:
-            raise SystemExit(f"error: {name} takes true or false, not {value!r}")
+            raise UsageError(f"error: {name} takes true or false, not {value!r}")
     return out
 
 
@@ -49,7 +50,11 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     # The launcher's log is what the template's launch shows: the job's own messages, not Beam's type-hint
     # notes (one per DoFn) or per-request HTTP lines.
     configure_logging(0, dataflow=True)
-    return run(template_argv(sys.argv[1:] if argv is None else argv), wait=False)
+    try:
+        return run(template_argv(sys.argv[1:] if argv is None else argv), wait=False)
+    except UsageError as ex:  # a template parameter the import refuses: one line in the launch log, status 2
+        print(str(ex), file=sys.stderr)
+        return EXIT_USAGE
 
 
 if __name__ == "__main__":
