@@ -58,7 +58,7 @@ def test_first_import_plan_of_generated_metadata(tmp_path):
     assert p.data_bytes_to_read == data_size
     assert len(p.mp4s_to_read) == 20 and p.mp4s_to_read[0] == "videos/observation.images.cam0/chunk-000/file-000.mp4"
     assert (p.output_ratio, p.ratio_source) == (plan.DEFAULT_OUTPUT_RATIO, "default")
-    assert p.estimated_output_bytes == int(p.data_bytes * plan.DEFAULT_OUTPUT_RATIO)
+    assert p.estimated_output_bytes == int(round(p.data_bytes * plan.DEFAULT_OUTPUT_RATIO))
     assert {f.reason for f in p.files} == {"new"} and p.lease is None
     assert not out.exists(), "a plan writes nothing"
 
@@ -145,7 +145,7 @@ def test_command_line_single_bulk_and_json(tmp_path, capsys):
     assert printed[0] == (f"file://{base / 'alpha'} -> file://{out}: 2 episodes files to import, 0 unchanged, "
                           "0 to remove")
     assert printed[1].startswith("  would write 2 parts of 100 episodes, reading 2.2 MB of data files and the "
-                                 "MediaIndex of 2 MP4s; ~4.5 MB out (1.00 output bytes per data byte, default)")
+                                 "MediaIndex of 2 MP4s; ~2.7 MB out (0.60 output bytes per data byte, default)")
     assert printed[2] == f"  import    {EF.format(0)} (new): 50 episodes, 1 parts, 2.2 MB of data"
     assert plan.run(["--datasets", str(base / "*"), "--output", str(out), "--json"]) == 0
     doc = json.loads(capsys.readouterr().out)

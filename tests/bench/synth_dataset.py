@@ -169,18 +169,18 @@ class _DataWriter:
     def __init__(self, path: Path, schema: pa.Schema, *, whole: bool) -> None:
         self._path, self._schema, self._tables = path, schema, [] if whole else None
         self._writer = None if whole else pq.ParquetWriter(path, schema, compression="snappy")
+        self._held = 0
 
     @property
     def size(self) -> int:
-        if self._tables is None:
-            return self._path.stat().st_size
-        return sum(t.nbytes for t in self._tables)
+        return self._path.stat().st_size if self._tables is None else self._held
 
     def write_table(self, table: pa.Table) -> None:
         if self._tables is None:
             self._writer.write_table(table)
         else:
             self._tables.append(table)
+            self._held += table.nbytes
 
     def close(self) -> None:
         if self._tables is None:
@@ -254,7 +254,7 @@ def make_dataset(root: Union[str, os.PathLike], *, episodes: int = 10, frames: U
                  state_dim: int = 14, action_dim: int = 14, tasks: Sequence[str] = ("pick the cube", "place the cube"),
                  chunks_size: int = 1000, stats: bool = True, seed: int = 0, overwrite: bool = False,
                  verbose: bool = False, synthetic_mp4s: bool = False, sample_bytes: Optional[float] = None,
-                 data_row_groups: str = "episode") -> Path:
+                 data_row_groups: str = "episode", meta_row_group_size: Optional[int] = METADATA_BUFFER_SIZE) -> Path:
     """Write a LeRobot v3 dataset at `root` and return `root`.
 
     * `frames`: frames per episode (an int) or one length per episode.
@@ -267,7 +267,9 @@ def make_dataset(root: Union[str, os.PathLike], *, episodes: int = 10, frames: U
       sample `sample_bytes` on average (default: the encoded clip's sizes), so size-based rolling behaves
       as with real video;
     * `data_row_groups`: "episode" (one row group per episode, LeRobot's recording writer) or "file" (one
-      row group per data file, as LeRobot's first v3 writer left a file it rewrote whole at each episode).
+      row group per data file, as LeRobot's first v3 writer left a file it rewrote whole at each episode);
+    * `meta_row_group_size`: rows per row group of the episodes files (LeRobot flushes every 10; None:
+      pyarrow's default, one row group for files written at once, as conversion tools do).
     """
     if data_row_groups not in ("episode", "file"):
         raise ValueError(f"data_row_groups: 'episode' or 'file', not {data_row_groups!r}")
@@ -446,7 +448,7 @@ def make_dataset(root: Union[str, os.PathLike], *, episodes: int = 10, frames: U
         cols["meta/episodes/file_index"] = pa.array([meta_file] * len(rows), pa.int64())
         path = root / EPISODES_PATH.format(chunk_index=meta_chunk, file_index=meta_file)
         path.parent.mkdir(parents=True, exist_ok=True)
-        pq.write_table(pa.table(cols), path, row_group_size=METADATA_BUFFER_SIZE)
+        pq.write_table(pa.table(cols), path, row_group_size=meta_row_group_size)
         meta_chunk, meta_file = _next_file(meta_chunk, meta_file, chunks_size)
 
     # --- info, tasks, stats

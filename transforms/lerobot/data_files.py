@@ -283,7 +283,9 @@ def _batches(planned: list, groups: _RowGroups, md) -> Iterator[list]:
         if batch and g0 is not None and g_hi is not None:
             new_hi = max(g_hi, g1)
             grown = size + sum(sizes[max(g_hi, g0):new_hi])
-            if grown > BATCH_BYTES:
+            # Only a batch that would read more row groups is cut: episodes inside the row groups already
+            # read (one row group holding the whole file, over the budget alone) stay in one batch.
+            if new_hi > g_hi and grown > BATCH_BYTES:
                 yield batch
                 batch, g_lo, g_hi, size = [], None, None, 0
         batch.append(item)

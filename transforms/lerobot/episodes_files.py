@@ -26,6 +26,9 @@ MAX_EPISODES_ROWS = 100_000
 #: Decompressed bytes of the columns the import reads from one episodes file (ids, ranges, timestamps
 #: and task strings: a few hundred bytes per episode in real files).
 MAX_EPISODES_BYTES = 64 * 1024 * 1024
+#: Bytes of an episodes file's footer (its Parquet metadata, parsed whole before any column is read): LeRobot's
+#: files, flushed every 10 episodes, need about 1.6 KB per row group and column, tens of MB at most.
+MAX_EPISODES_FOOTER_BYTES = 64 * 1024 * 1024
 #: An episodes file up to this size is read whole, in one request; a larger one (LeRobot's per-episode
 #: statistics take kilobytes a row) is read by range: its footer and the columns the import uses only.
 WHOLE_READ_BYTES = 8 * 1024 * 1024
@@ -180,22 +183,24 @@ def read_episode_rows(raw: pa.Table | bytes | BinaryIO, info: DatasetInfo, *, fi
     first_bad = _first_bad_row(ints, floats, info)
     paths = _PathCache(info)
 
+    # Plain Python values, column by column (a numpy scalar per value costs more than the row itself).
+    n = min(table.num_rows, first_bad)
+    col = {c: v[:n].tolist() for c, v in (*ints.items(), *floats.items())}
+    cameras = [(f.name, col[f"videos/{f.name}/chunk_index"], col[f"videos/{f.name}/file_index"],
+                col[f"videos/{f.name}/from_timestamp"], col[f"videos/{f.name}/to_timestamp"])
+               for f in info.video_features]
+    episode, length = col["episode_index"], col["length"]
+    data_chunk, data_number = col["data/chunk_index"], col["data/file_index"]
+    first, end = col["dataset_from_index"], col["dataset_to_index"]
     rows = []
-    for i in range(min(table.num_rows, first_bad)):
-        ep = int(ints["episode_index"][i])
+    for i in range(n):
         try:
-            data_file = paths.data_file(ints["data/chunk_index"][i], ints["data/file_index"][i])
-            videos = tuple(
-                VideoSlice(f.name, paths.video_file(f.name, ints[f"videos/{f.name}/chunk_index"][i],
-                                                    ints[f"videos/{f.name}/file_index"][i]),
-                           float(floats[f"videos/{f.name}/from_timestamp"][i]),
-                           float(floats[f"videos/{f.name}/to_timestamp"][i]))
-                for f in info.video_features)
+            data_file = paths.data_file(data_chunk[i], data_number[i])
+            videos = tuple([VideoSlice(name, paths.video_file(name, chunk[i], number[i]), start[i], stop[i])
+                            for name, chunk, number, start, stop in cameras])
         except LeRobotImportError as ex:
-            raise ex.with_context(episode_index=ep, file=file)
-        rows.append(EpisodeRow(position=i, episode_index=ep, tasks=tasks[i], length=int(ints["length"][i]),
-                               data_file=data_file, from_index=int(ints["dataset_from_index"][i]),
-                               to_index=int(ints["dataset_to_index"][i]), videos=videos))
+            raise ex.with_context(episode_index=episode[i], file=file)
+        rows.append(EpisodeRow(i, episode[i], tasks[i], length[i], data_file, first[i], end[i], videos))
     if first_bad < table.num_rows:
         raise _row_error(first_bad, ints, floats, info, file)
     check_order(rows, file=file)
@@ -213,6 +218,7 @@ def _parquet(raw: bytes | BinaryIO, **options) -> pq.ParquetFile:
 def _read_table(raw: bytes | BinaryIO, needed: list[str], file: str) -> pa.Table:
     """The needed columns of an episodes file, after its footer shows they fit the limits."""
     try:
+        _check_footer_size(raw, file)
         pf = _parquet(raw)
         names = pf.schema_arrow.names
         missing = [c for c in needed if c not in names]
@@ -238,6 +244,27 @@ def _read_table(raw: bytes | BinaryIO, needed: list[str], file: str) -> pa.Table
     except (pa.ArrowException, OSError, ValueError) as ex:
         raise LeRobotImportError("episodes_file", f"the episodes file is not readable Parquet: {ex}",
                                  file=file) from None
+
+
+def _check_footer_size(raw: bytes | BinaryIO, file: str) -> None:
+    """Refuse a footer over `MAX_EPISODES_FOOTER_BYTES` from its length field alone (the file's last 8
+    bytes), before Arrow parses it: parsing takes memory and time in proportion to it."""
+    if isinstance(raw, (bytes, bytearray, memoryview)):
+        tail, total = bytes(raw[-8:]), len(raw)
+    else:
+        try:
+            total = raw.seek(-8, 2) + 8
+            tail = raw.read(8)
+        except (OSError, ValueError):  # shorter than 8 bytes: Arrow says what is wrong with it
+            return
+    if len(tail) == 8 and tail[4:] == b"PAR1":
+        size = int.from_bytes(tail[:4], "little")
+        # a length the file cannot hold is no footer: Arrow reports the file as unreadable
+        if MAX_EPISODES_FOOTER_BYTES < size <= total - 12:
+            raise LeRobotImportError("limit", f"the episodes file's footer (its Parquet metadata) takes {size:,} "
+                                     f"bytes, more than the {MAX_EPISODES_FOOTER_BYTES:,} read from one episodes "
+                                     "file (very many row groups or columns); rewrite it with larger row groups "
+                                     "(e.g. pyarrow's default) or split it into several episodes files", file=file)
 
 
 def _read_columns(pf: pq.ParquetFile, raw: bytes | BinaryIO, needed: list[str]) -> pa.Table:
@@ -423,21 +450,25 @@ def _row_error(i: int, ints: dict, floats: dict, info: DatasetInfo, file: str) -
 def check_order(rows: Sequence[EpisodeRow], *, file: str) -> None:
     """Rows in increasing episode_index order, with frame ranges that do not overlap: LeRobot's writers
     always write them so, and its reader finds an episode by position, so anything else is a broken file."""
-    for prev, row in zip(rows, rows[1:]):
-        if row.episode_index <= prev.episode_index:
-            what = "twice" if row.episode_index == prev.episode_index else f"after episode {prev.episode_index}"
-            raise LeRobotImportError("duplicate_episode" if row.episode_index == prev.episode_index
-                                     else "episode_order",
-                                     f"episode {row.episode_index} appears {what} (row {row.position}); episodes "
-                                     "must be in increasing episode_index order", episode_index=row.episode_index,
-                                     file=file)
-    by_range = sorted((r for r in rows if r.length), key=lambda r: r.from_index)
-    for prev, row in zip(by_range, by_range[1:]):
-        if row.from_index < prev.to_index:
-            raise LeRobotImportError("episode_order", f"episode {row.episode_index} spans frames {row.from_index}.."
-                                     f"{row.to_index}, overlapping episode {prev.episode_index}'s "
-                                     f"{prev.from_index}..{prev.to_index}", episode_index=row.episode_index,
-                                     file=file)
+    episodes = np.fromiter((r.episode_index for r in rows), np.int64, len(rows))
+    for k in np.flatnonzero(np.diff(episodes) <= 0)[:1].tolist():
+        prev, row = rows[k], rows[k + 1]
+        what = "twice" if row.episode_index == prev.episode_index else f"after episode {prev.episode_index}"
+        raise LeRobotImportError("duplicate_episode" if row.episode_index == prev.episode_index
+                                 else "episode_order",
+                                 f"episode {row.episode_index} appears {what} (row {row.position}); episodes "
+                                 "must be in increasing episode_index order", episode_index=row.episode_index,
+                                 file=file)
+    framed = [r for r in rows if r.length]
+    starts = np.fromiter((r.from_index for r in framed), np.int64, len(framed))
+    ends = np.fromiter((r.to_index for r in framed), np.int64, len(framed))
+    order = np.argsort(starts, kind="stable")  # as a stable sort by from_index orders them
+    for k in np.flatnonzero(starts[order][1:] < ends[order][:-1])[:1].tolist():
+        prev, row = framed[order[k]], framed[order[k + 1]]
+        raise LeRobotImportError("episode_order", f"episode {row.episode_index} spans frames {row.from_index}.."
+                                 f"{row.to_index}, overlapping episode {prev.episode_index}'s "
+                                 f"{prev.from_index}..{prev.to_index}", episode_index=row.episode_index,
+                                 file=file)
 
 
 def episode_indices(raw: bytes | BinaryIO) -> tuple[int, ...]:
@@ -479,9 +510,10 @@ def _tasks_column(table: pa.Table, file: str) -> list[tuple[str, ...]]:
     except (pa.ArrowInvalid, UnicodeDecodeError) as ex:
         raise LeRobotImportError("episodes_file", f"column `tasks` holds a string that is not UTF-8: {ex}",
                                  file=file) from None
-    for i, tasks in enumerate(values):
-        if tasks is None or any(t is None for t in tasks):
-            raise LeRobotImportError("episodes_file", f"row {i}: `tasks` holds a null", file=file)
+    if col.null_count or pc.list_flatten(col).null_count:
+        for i, tasks in enumerate(values):
+            if tasks is None or any(t is None for t in tasks):
+                raise LeRobotImportError("episodes_file", f"row {i}: `tasks` holds a null", file=file)
     return [tuple(t) for t in values]
 
 
