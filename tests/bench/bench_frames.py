@@ -385,11 +385,9 @@ SHAPES = {
     "1/mp4 2cam 320x240": dict(episodes=200, frames=300, cameras=2, width=320, height=240, episodes_per_mp4=1),
     "30/mp4 3cam 640x480": dict(episodes=90, frames=300, cameras=3, width=640, height=480, episodes_per_mp4=30),
     "1/mp4 3cam 640x480": dict(episodes=90, frames=300, cameras=3, width=640, height=480, episodes_per_mp4=1),
-    "2000 eps 150k/mp4 2cam 320x240": dict(episodes=2000, frames=300, cameras=2, width=320, height=240,
+    "2000 eps 150k/mp4 2cam 320x240": dict(episodes=2000, frames=75, cameras=2, width=320, height=240,
                                            samples_per_mp4=150_000),
 }
-#: Import options per shape: the 2,000-episode dataset's episodes files span more data than one part reads.
-IMPORT_ARGS = {"2000 eps 150k/mp4 2cam 320x240": ["--read-in-parts"]}
 #: The windows of the "windows" rows: 2 camera frames and 10 action steps (fps 30).
 FPS = 30
 
@@ -638,7 +636,7 @@ def layouts_main(args) -> None:
         t0 = time.perf_counter()
         if not (out / "manifest.json").exists():
             make_dataset(root, codec=args.codec, gop=args.gop, clip_frames=args.clip_frames, overwrite=True, **params)
-            if run_import(root, out, *IMPORT_ARGS.get(shape, [])) != 0:
+            if run_import(root, out) != 0:
                 raise SystemExit(f"the import of {root} failed: see {out}/errors.jsonl")
         from transforms.reader import GopBlockSampler, ImportedFrames, ImportReader
         ds = ImportedFrames(str(out))
