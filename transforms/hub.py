@@ -416,8 +416,9 @@ def guarded_pages(path: str, params: Any, headers: dict, timeout: Optional[float
             _LOG.warning("the Hub's listing %s answered an empty page that links another: stopped there", path)
             following = None
         if following is not None and _origin(following) != home:
+            scheme, host, port = _origin(following)
             raise LeRobotImportError("io", f"the Hub's listing {path} links its next page to another host "
-                                     f"({_origin(following)[1]}); the listing is not followed there (the request "
+                                     f"({scheme}://{host}:{port}); the listing is not followed there (the request "
                                      "carries the token): check HF_ENDPOINT, and try again later")
         if following is not None and (pages >= LIST_MAX_PAGES or items >= LIST_MAX_ITEMS):
             raise LeRobotImportError("limit", f"the Hub's listing {path} goes on past {pages:,} pages and {items:,} "
