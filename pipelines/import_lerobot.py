@@ -138,6 +138,7 @@ def safe_targets(config: ImportConfig) -> tuple[ImportConfig, list[str]]:
     """The run without the outputs whose own state could turn the import against the user (a managed
     folder or file that is a symlink or not regular, an output that is a file or read-only), and one
     "error" line per output left out: nothing of those is written, leased or deleted."""
+    from transforms import lease
     from transforms.episode import output_state
     from transforms.errors import LeRobotImportError
 
@@ -145,6 +146,8 @@ def safe_targets(config: ImportConfig) -> tuple[ImportConfig, list[str]]:
     for root, out in config.targets:
         try:
             output_state.check_output(out)
+            if lease.supported(out):
+                lease.read_lease(out)  # a lease no run of this importer wrote (absurd values): named, not waited on
         except LeRobotImportError as ex:
             refused.append(f"{root}: error: {ex} -> {out}")
             continue
@@ -166,6 +169,7 @@ def take_leases(config: ImportConfig, stack: contextlib.ExitStack,
         "skipped" line per output another run holds.
     """
     from transforms import lease
+    from transforms.errors import LeRobotImportError
 
     deadline = time.monotonic() + max(wait_seconds, 0.0)
     # A scheduler may name its task in LEROBOT_IMPORT_JOB; whoever finds the lease held then sees it.
@@ -179,6 +183,9 @@ def take_leases(config: ImportConfig, stack: contextlib.ExitStack,
         try:
             got = lease.acquire(out, run_id=config.run_id, job=os.environ.get("LEROBOT_IMPORT_JOB", ""),
                                 wait_seconds=max(0.0, deadline - time.monotonic()))
+        except LeRobotImportError as ex:  # a lease that is no lease, a full disk, a read-only output
+            skipped.append(f"{root}: error: {ex} -> {out}")
+            continue
         except lease.LeaseHeld as ex:
             h = ex.holder
             skipped.append(f"{root}: skipped - being imported by run {h.run_id} on host {h.host} (pid {h.pid}), "

@@ -28,7 +28,7 @@ import apache_beam as beam
 
 from transforms import hub, progress, quality, storage
 from transforms.episode import output_state, paths, quirks
-from transforms.episode.media_index_table import MediaIndexPlan, decide_run
+from transforms.episode.media_index_table import MediaIndexPlan, damaged_shards, decide_run
 from transforms.episode.outcomes import failed_file
 from transforms.episode.quirks import ClipSpan, WarningRecord
 from transforms.errors import LeRobotImportError
@@ -214,9 +214,14 @@ class _CheckDataset(beam.DoFn):
             _LOG.warning("cannot tell which episodes files of %s changed (%s); importing them all", root, ex)
             return DatasetReport(), frozenset(), None
         current = tuple(dataclasses.replace(f, rows=None) for f in scanned.files)
+        out = self._config.output_of(root)
+        damaged = damaged_shards(out, previous) if previous is not None and not self._config.force else []
+        for shard in damaged:
+            _LOG.warning("%s: media_index shard %s is missing or not the size the manifest records; it is rebuilt, "
+                         "its MP4s read again", root, shard)
         decisions, media = decide_run(
             current, previous, scanned.listing.token, dataset_file=lambda rel: storage.join(root, rel),
-            inline_index=self._config.inline_index, force=self._config.force)
+            inline_index=self._config.inline_index, force=self._config.force, damaged=damaged)
         kept = []
         for d in decisions:
             if d.action == sources.IMPORT:

@@ -24,10 +24,12 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import datetime
+import errno
 import fcntl
 import hashlib
 import json
 import logging
+import math
 import os
 import socket
 import threading
@@ -40,6 +42,7 @@ import fsspec.asyn
 
 from transforms import storage
 from transforms.episode import paths
+from transforms.errors import LeRobotImportError, quote
 
 _LOG = logging.getLogger(__name__)
 
@@ -48,6 +51,14 @@ LEASE_NAME = paths.LEASE
 DEFAULT_TTL_S = 300.0
 #: How often a waiting run looks at the lease again (at most; never past the lease's expiry).
 DEFAULT_POLL_S = 5.0
+#: A lease file is a few hundred bytes; one larger than this is not read.
+MAX_LEASE_BYTES = 64 * 1024
+#: No lease this importer writes expires further ahead than this (a renewed lease lives one TTL): one
+#: expiring later (a clock gone wrong, an edited file) would lock the output for ever.
+MAX_LEASE_AHEAD_S = 7 * 24 * 3600.0
+#: The largest process id a Linux kernel gives (pid_max).
+MAX_PID = 1 << 22
+_MAX_FIELD_CHARS = 1024
 
 
 # ------------------------------------------------------------------------------------------------
@@ -79,9 +90,27 @@ class LeaseRecord:
             return cls(run_id=str(doc["run_id"]), host=str(doc["host"]), pid=int(doc["pid"]), job=str(doc["job"]),
                        started_at=float(doc["started_at"]), renewed_at=float(doc["renewed_at"]),
                        expires_at=float(doc["expires_at"]))
-        except (UnicodeDecodeError, ValueError, KeyError, TypeError):
+        except (UnicodeDecodeError, ValueError, KeyError, TypeError, OverflowError, RecursionError):
             return cls(run_id="unknown (unreadable lease)", host="?", pid=0, job="", started_at=0.0,
                        renewed_at=0.0, expires_at=0.0)
+
+    def absurdity(self, now: float) -> Optional[str]:
+        """Why this record cannot be a lease this importer wrote (values no run writes), or None."""
+        for name in ("started_at", "renewed_at", "expires_at"):
+            value = getattr(self, name)
+            if not math.isfinite(value) or value < 0:
+                return f"records {name} = {quote(value)}, not a time"
+        if self.expires_at > now + MAX_LEASE_AHEAD_S:
+            return (f"expires {_duration(self.expires_at - now)} from now (at {_iso(self.expires_at)}), further "
+                    f"than any lease this importer takes ({_duration(MAX_LEASE_AHEAD_S)})")
+        if self.started_at > now + MAX_LEASE_AHEAD_S:
+            return f"started at {_iso(self.started_at)}, in the future"
+        if not 0 <= self.pid <= MAX_PID:
+            return f"names the process id {quote(self.pid)}, which no process has"
+        for name in ("run_id", "host", "job"):
+            if len(getattr(self, name)) > _MAX_FIELD_CHARS:
+                return f"has a {name} of {len(getattr(self, name)):,} characters"
+        return None
 
     def expired(self, now: float) -> bool:
         """Past its expiry, or held by a process of this host that no longer exists (a killed run need
@@ -126,6 +155,19 @@ class LeaseLost(Exception):
     """The lease this run held was taken over (it expired before a renewal) or removed."""
 
 
+class LeaseInvalid(LeRobotImportError):
+    """The output's lease file is not a lease this importer wrote: absurd values, too large. It is never
+    taken over (someone made it: a run of another tool, an edit) and never waited for; the message names
+    the file to delete."""
+
+    def __init__(self, output: str, problem: str) -> None:
+        path = storage.join(output, LEASE_NAME)
+        super().__init__("lease", f"the lease file {path} {problem}: it is not a lease this importer wrote, so "
+                         f"the output is not imported. If no import is running on {output}, delete {path} and run "
+                         "again", file=LEASE_NAME)
+        self.output = output
+
+
 @dataclasses.dataclass(frozen=True)
 class Lease:
     """A lease this run holds: the record written and the store's version of it."""
@@ -162,7 +204,7 @@ class _LocalStore:
         if create:
             os.makedirs(os.path.dirname(self.path), exist_ok=True)
         try:
-            fd = os.open(self.lock_path, (os.O_CREAT if create else 0) | os.O_RDWR, 0o644)
+            fd = os.open(self.lock_path, (os.O_CREAT if create else 0) | os.O_RDWR | os.O_NOFOLLOW, 0o644)
         except FileNotFoundError:  # no lease was ever taken here: nothing to wait for
             yield
             return
@@ -173,12 +215,10 @@ class _LocalStore:
             os.close(fd)  # closing drops the flock
 
     def _read_unlocked(self) -> Optional[tuple[bytes, str]]:
-        try:
-            with open(self.path, "rb") as f:
-                data = f.read()
-        except FileNotFoundError:
-            return None
-        return data, _sha256(data)
+        # Bounded, never through a link, never blocking on a FIFO (the output's own state).
+        data = storage.read_state_file("file://" + self.path, what="lease file", file=LEASE_NAME,
+                                       max_bytes=MAX_LEASE_BYTES)
+        return None if data is None else (data, _sha256(data))
 
     def read(self) -> Optional[tuple[bytes, str]]:
         with self._locked(create=False):
@@ -186,12 +226,17 @@ class _LocalStore:
 
     def create(self, data: bytes) -> str:
         with self._locked():
-            fd = os.open(self.path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)  # FileExistsError when held
+            # FileExistsError when held; never through a link (a dangling one would create its target)
+            fd = os.open(self.path, os.O_CREAT | os.O_EXCL | os.O_WRONLY | os.O_NOFOLLOW, 0o644)
             try:
-                os.write(fd, data)
+                if os.write(fd, data) != len(data):
+                    raise OSError(errno.ENOSPC, "short write")
                 os.fsync(fd)
-            finally:
+            except BaseException:
                 os.close(fd)
+                os.unlink(self.path)  # a failed write (a full disk) leaves no empty lease behind
+                raise
+            os.close(fd)
         return _sha256(data)
 
     def replace(self, data: bytes, token: str) -> str:
@@ -200,11 +245,16 @@ class _LocalStore:
             if current is None or current[1] != token:
                 raise _Conflict()
             tmp = f"{self.path}{storage.TMP_MARK}{uuid.uuid4().hex}"
-            with open(tmp, "wb") as f:
-                f.write(data)
-                f.flush()
-                os.fsync(f.fileno())
-            os.replace(tmp, self.path)  # the name never disappears, so an O_EXCL create never wins here
+            try:
+                with open(tmp, "xb") as f:
+                    f.write(data)
+                    f.flush()
+                    os.fsync(f.fileno())
+                os.replace(tmp, self.path)  # the name never disappears, so an O_EXCL create never wins here
+            except BaseException:
+                with contextlib.suppress(OSError):
+                    os.unlink(tmp)
+                raise
         return _sha256(data)
 
     def delete(self, token: str) -> None:
@@ -438,11 +488,16 @@ def acquire(output: str, *, run_id: str, ttl_seconds: float = DEFAULT_TTL_S, wai
             return Lease(output, mine, storage.with_retries(lambda: store.create(mine.to_bytes())))
         except FileExistsError:
             pass
-        current = storage.with_retries(store.read)
+        except OSError as ex:
+            named = storage.write_error(ex, storage.join(output, LEASE_NAME))
+            if named is None:
+                raise
+            raise named from None
+        current = _read(output, store)
         if current is None:  # released between our create and our read: try again
             races = _back_off(races, sleep)
             continue
-        held = LeaseRecord.from_bytes(current[0])
+        held = _parse(output, current[0], now)
         if held.run_id == run_id:  # ours already (an earlier attempt of this run): extend it
             try:
                 return _replace(output, store, current[1], dataclasses.replace(mine, started_at=held.started_at), None)
@@ -460,6 +515,26 @@ def acquire(output: str, *, run_id: str, ttl_seconds: float = DEFAULT_TTL_S, wai
         if now >= deadline:
             raise LeaseHeld(output, held, now, waited=now - started if wait_seconds > 0 else 0.0)
         sleep(max(0.01, min(poll_seconds, deadline - now, held.expires_at - now + 0.01)))
+
+
+def _read(output: str, store) -> Optional[tuple[bytes, str]]:
+    """The lease's bytes and version; one too large to be a lease is `LeaseInvalid`."""
+    try:
+        return storage.with_retries(store.read)
+    except LeRobotImportError as ex:
+        if ex.rule == "limit":
+            raise LeaseInvalid(output, f"is larger than {MAX_LEASE_BYTES:,} bytes") from None
+        raise
+
+
+def _parse(output: str, raw: bytes, now: float) -> LeaseRecord:
+    """The lease record in `raw`: unreadable (a crashed writer) reads as an expired unknown holder; values
+    no run of this importer writes are `LeaseInvalid`, naming the file to delete."""
+    record = LeaseRecord.from_bytes(raw)
+    problem = record.absurdity(now)
+    if problem is not None:
+        raise LeaseInvalid(output, problem)
+    return record
 
 
 def _back_off(races: int, sleep: Callable[[float], None]) -> int:
@@ -488,10 +563,13 @@ def renew(lease: Lease, *, ttl_seconds: Optional[float] = None, clock: Callable[
         LeaseLost: the lease is gone or another run holds it now (ours expired and was taken over).
     """
     store = _store_for(lease.output)
-    current = storage.with_retries(store.read)
+    try:
+        current = _read(lease.output, store)
+        held = None if current is None else _parse(lease.output, current[0], clock())
+    except LeRobotImportError as ex:
+        raise LeaseLost(f"the lease on {lease.output} of run {lease.record.run_id} was replaced: {ex}") from None
     if current is None:
         raise LeaseLost(f"the lease on {lease.output} of run {lease.record.run_id} was removed")
-    held = LeaseRecord.from_bytes(current[0])
     if held.run_id != lease.record.run_id:
         raise LeaseLost(f"the lease on {lease.output} of run {lease.record.run_id} expired and was taken over by "
                         f"{held.describe(clock())}")
@@ -508,7 +586,10 @@ def renew(lease: Lease, *, ttl_seconds: Optional[float] = None, clock: Callable[
 def release(lease: Lease) -> bool:
     """Remove the lease if this run still holds it; False when it is gone or another run's."""
     store = _store_for(lease.output)
-    current = storage.with_retries(store.read)
+    try:
+        current = storage.with_retries(store.read)
+    except LeRobotImportError:  # replaced by something that is no lease: not ours to remove
+        return False
     if current is None or LeaseRecord.from_bytes(current[0]).run_id != lease.record.run_id:
         return False
     try:
@@ -520,9 +601,15 @@ def release(lease: Lease) -> bool:
 
 def read_lease(output: str) -> Optional[LeaseRecord]:
     """Who holds the output's lease now (expired or not), or None. Writes nothing."""
-    store = _store_for(storage.normalize_root(output))
-    current = store._read_unlocked() if isinstance(store, _LocalStore) else store.read()
-    return LeaseRecord.from_bytes(current[0]) if current is not None else None
+    output = storage.normalize_root(output)
+    store = _store_for(output)
+    try:
+        current = store._read_unlocked() if isinstance(store, _LocalStore) else store.read()
+    except LeRobotImportError as ex:
+        if ex.rule == "limit":
+            raise LeaseInvalid(output, f"is larger than {MAX_LEASE_BYTES:,} bytes") from None
+        raise
+    return _parse(output, current[0], time.time()) if current is not None else None
 
 
 class LeaseKeeper:
@@ -590,10 +677,15 @@ def _sha256(data: bytes) -> str:
 
 
 def _iso(ts: float) -> str:
-    return datetime.datetime.fromtimestamp(ts, datetime.timezone.utc).isoformat(timespec="seconds")
+    try:
+        return datetime.datetime.fromtimestamp(ts, datetime.timezone.utc).isoformat(timespec="seconds")
+    except (OverflowError, ValueError, OSError):  # a time no calendar holds (NaN, 1e300, year -29719)
+        return f"an impossible time ({quote(ts)})"
 
 
 def _duration(seconds: float) -> str:
+    if not math.isfinite(seconds) or abs(seconds) > 1e12:
+        return f"{quote(seconds)} s"
     seconds = int(round(seconds))
     if seconds < 60:
         return f"{seconds} s"

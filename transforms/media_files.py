@@ -313,8 +313,13 @@ class _WriteShard(beam.DoFn):
         (root, shard), values = element
         rows = [IndexRow(v.uri, v.size, v.version, v.index) for v in values if isinstance(v, MediaIndexRow)]
         touch = next((v for v in values if isinstance(v, ShardTouch)), None)
-        outcome = update_media_index_shard(self._config.output_of(root), shard, rows,
-                                           touch.keep if touch is not None else None)
+        try:
+            outcome = update_media_index_shard(self._config.output_of(root), shard, rows,
+                                               touch.keep if touch is not None else None)
+        except LeRobotImportError as ex:  # a full disk, a read-only output: the shard fails by that rule
+            failure = error_record(ex, dataset=root, episodes_file=None)
+            yield root, DatasetReport(failures=(failure,), index_files=(ShardOutcome(shard, FAILED),))
+            return
         if outcome.action == "written":
             self._written.inc()
         yield root, DatasetReport(index_files=(outcome,))

@@ -35,10 +35,17 @@ BACKOFF_S = 0.05
 _PERMANENT = (FileNotFoundError, FileExistsError, PermissionError, IsADirectoryError, NotADirectoryError)
 
 
+#: Write failures no retry mends: the disk is full (or the quota used), the filesystem is read-only.
+_NO_SPACE = (errno.ENOSPC, errno.EDQUOT)
+_NOT_WRITABLE = (errno.EROFS, errno.EACCES, errno.EPERM)
+
+
 def is_transient(ex: BaseException) -> bool:
     """Connection resets, timeouts and server errors are worth a retry; a missing file is not."""
     # A refusal stays a refusal; the Hub's errors are retried where they are made.
     if isinstance(ex, _PERMANENT) or access_denied(ex) or hub.is_hub_error(ex):
+        return False
+    if isinstance(ex, OSError) and ex.errno in _NO_SPACE + _NOT_WRITABLE:
         return False
     return isinstance(ex, (OSError, ConnectionError, TimeoutError)) or type(ex).__name__ in (
         "HttpError", "ServiceUnavailable", "ClientError", "ServerDisconnectedError", "ClientOSError")
@@ -489,23 +496,48 @@ def tmp_name(final_uri: str) -> str:
     return f"{head}/.{tail}{TMP_MARK}{uuid.uuid4().hex}"
 
 
+def write_error(ex: BaseException, uri: str) -> Optional[LeRobotImportError]:
+    """A failed write as the rule it breaks, when it is one: `disk_full` (no space, quota used) or
+    `output_not_writable` (read-only filesystem, no permission); None for anything else."""
+    if not isinstance(ex, OSError):
+        return None
+    if ex.errno in _NO_SPACE:
+        return LeRobotImportError("disk_full", f"writing {uri} failed: the storage has no space left "
+                                  f"({ex.strerror or ex}); free some space (or raise the quota) and run the import "
+                                  "again: what was written before stays valid, the rest is imported then")
+    if ex.errno in _NOT_WRITABLE or isinstance(ex, PermissionError):
+        return LeRobotImportError("output_not_writable", f"writing {uri} failed: {ex.strerror or ex}; give --output "
+                                  "a folder this run may write (not a read-only filesystem), or fix its permissions")
+    return None
+
+
 def write_tmp(final_uri: str, write: Callable[[object], None]) -> str:
-    """Write a file under a temporary name next to `final_uri`; returns that name."""
+    """Write a file under a temporary name next to `final_uri`; returns that name. A full disk or a
+    read-only output is its rule (`disk_full`, `output_not_writable`), and the temporary is removed."""
     fs, _ = filesystem(final_uri)
 
     def attempt() -> str:
         tmp = tmp_name(final_uri)
         _, path = filesystem(tmp)
-        fs.makedirs(posixpath.dirname(path), exist_ok=True)
         try:
+            fs.makedirs(posixpath.dirname(path), exist_ok=True)
             with fs.open(path, "wb") as f:
                 write(f)
         except BaseException:
-            remove(tmp)
+            try:
+                remove(tmp)
+            except OSError:  # the write's own failure says what happened
+                pass
             raise
         return tmp
 
-    return with_retries(attempt)
+    try:
+        return with_retries(attempt)
+    except OSError as ex:
+        named = write_error(ex, final_uri)
+        if named is None:
+            raise
+        raise named from None
 
 
 def commit(tmp_uri: str, final_uri: str) -> None:
@@ -518,7 +550,13 @@ def commit(tmp_uri: str, final_uri: str) -> None:
             return  # an earlier attempt moved it before failing to report so
         fs.mv(tmp_path, final_path)
 
-    with_retries(attempt)
+    try:
+        with_retries(attempt)
+    except OSError as ex:
+        named = write_error(ex, final_uri)
+        if named is None:
+            raise
+        raise named from None
 
 
 def write_atomic(final_uri: str, data: bytes) -> None:

@@ -155,7 +155,10 @@ class _WriteParts(beam.DoFn):
         findings = self._check(root, rel, info, header, frames, inputs.videos)
         n_frames = sum(len(f) for f in frames.values())
         del frames  # the typed table holds them now
-        written = self._write(header, table, n_frames)
+        try:
+            written = self._write(header, table, n_frames)
+        except LeRobotImportError as ex:  # a full disk, a read-only output: the part fails by that rule
+            return (root, rel), _failed_part(header, [error_record(ex, dataset=root, episodes_file=rel)])
         return (root, rel), dataclasses.replace(written, findings=tuple(findings))
 
     def _check(self, root: str, rel: str, info: DatasetInfo, header: PartHeader, frames: dict,

@@ -25,6 +25,7 @@ import pyarrow.parquet as pq
 
 from transforms import storage
 from transforms.episode import output_state, paths, spql_types
+from transforms.errors import LeRobotImportError
 from transforms.lerobot import sources
 
 #: What a run does with a shard (`ShardOutcome.action`).
@@ -85,6 +86,7 @@ class ShardOutcome:
     path: str
     action: str
     record: Optional[ShardRecord] = None
+    lost: tuple[str, ...] = ()  # URIs whose old rows were lost with a damaged file ("*": every one)
 
 
 def _sort_by_uri(table: pa.Table) -> pa.Table:
@@ -119,9 +121,21 @@ def update_media_index_shard(out_root: str, shard: str, rows: Sequence[IndexRow]
     """
     final = storage.join(out_root, shard)
     new = media_index_table(rows)
-    old_data = storage.optional_read(final) if keep is None or keep else None
-    if old_data is not None:
-        old = pq.read_table(io.BytesIO(old_data), schema=media_index_schema())
+    old, old_data = None, None
+    if keep is None or keep:
+        try:
+            old_data = storage.optional_read(final, what="media_index shard", file=shard)
+            old = pq.read_table(io.BytesIO(old_data), schema=media_index_schema()) if old_data is not None else None
+        except (LeRobotImportError, pa.ArrowException, OSError, ValueError):
+            # Damaged (or swapped) since the planning step checked its size: rebuilt from this run's rows;
+            # the rows it would have carried are lost, and their MP4s read again by the next run.
+            data = shard_bytes(_sort_by_uri(new)) if len(rows) else None
+            if data is not None:
+                storage.commit(storage.write_tmp(final, lambda f: f.write(data)), final)
+            record = ShardRecord(shard, len(data), new.num_rows, hashlib.sha256(data).hexdigest()) if data else None
+            return ShardOutcome(shard, WRITTEN if data else EMPTIED, record,
+                                lost=tuple(sorted(keep)) if keep is not None else ("*",))
+    if old is not None:
         stays = pc.invert(pc.is_in(old.column("uri"), value_set=new.column("uri")))
         if keep is not None:
             stays = pc.and_(stays, pc.is_in(old.column("uri"), value_set=pa.array(sorted(keep), pa.utf8())))
@@ -270,13 +284,42 @@ def plan_media_index(current_videos: Iterable[str], imported_videos: Iterable[st
                           kept_shards)
 
 
+def without_shards(previous: PreviousMediaIndex, shards: frozenset[str]) -> PreviousMediaIndex:
+    """`previous` as if `shards` had never been written: their MP4s have no recorded row (so they are read
+    again, and the episodes files using them imported again) and their records are not carried."""
+    if not shards or previous.versions is None:
+        return previous
+    versions = {rel: t for rel, t in previous.versions.items() if paths.media_index_shard_path(rel) not in shards}
+    return PreviousMediaIndex(versions, tuple(r for r in previous.shards if r.path not in shards))
+
+
+def damaged_shards(out_root: str, previous_manifest: Optional[Mapping[str, Any]]) -> list[str]:
+    """The shards the last manifest records that are missing, or not of the size it records (truncated,
+    overwritten): carrying a row from one would fail, so the run rebuilds them (`decide_run(damaged=)`).
+
+    One size request per shard; a damage that keeps the size is met when the shard is read, and the
+    shard is then rewritten from this run's rows (`update_media_index_shard`)."""
+    found = []
+    for record in previous_media_index(previous_manifest).shards:
+        try:
+            uri = output_state.confined(out_root, record.path, folder=paths.MEDIA_INDEX_DIR, what="media_index shard")
+            fs, path = storage.filesystem(uri)
+            size = storage.with_retries(lambda: fs.size(path))
+        except (OSError, LeRobotImportError):
+            size = None
+        if size != record.bytes:
+            found.append(record.path)
+    return found
+
+
 #: Why every episodes file of an output written in an older media_index/ layout is imported again.
 OLDER_LAYOUT = "older media_index layout"
 
 
 def decide_run(files: Sequence[sources.EpisodesFileSources], previous_manifest: Optional[Mapping[str, Any]],
                token: Callable[[str], str], *, dataset_file: Callable[[str], str], inline_index: bool = False,
-               force: bool = False) -> tuple[tuple[sources.EpisodesFileDecision, ...], MediaIndexPlan]:
+               force: bool = False, damaged: Iterable[str] = ()
+               ) -> tuple[tuple[sources.EpisodesFileDecision, ...], MediaIndexPlan]:
     """Per episodes file what a run does (`sources.decide`), and what it does with MP4s and shards.
 
     An unchanged episodes file is left alone only when every MP4 it uses is accounted for by the last
@@ -290,8 +333,9 @@ def decide_run(files: Sequence[sources.EpisodesFileSources], previous_manifest: 
         dataset_file: MP4 path -> its URI.
         inline_index: the run writes each MediaIndex inside the episodes (no media_index/).
         force: redo everything.
+        damaged: shards found damaged (`damaged_shards`): rebuilt, every MP4 of them read again.
     """
-    previous = previous_media_index(previous_manifest)
+    previous = without_shards(previous_media_index(previous_manifest), frozenset(damaged))
     videos = sorted({v for f in files for v in f.video_files})
     tokens = {v: token(v) for v in videos}
     carry = previous_manifest is not None and not inline_index and not force
@@ -319,7 +363,7 @@ def final_media_index(kept: Iterable[ShardRecord], outcomes: Iterable[ShardOutco
         so the next run reads those MP4s again (their episodes files are imported again).
     """
     records = {r.path: r for r in kept}
-    failed = set()
+    failed, lost = set(), set()
     for o in outcomes:
         if o.record is not None and o.action in (WRITTEN, UNCHANGED):
             records[o.path] = o.record
@@ -327,7 +371,14 @@ def final_media_index(kept: Iterable[ShardRecord], outcomes: Iterable[ShardOutco
             records.pop(o.path, None)
             if o.action == FAILED:
                 failed.add(o.path)
-    tokens = {rel: t for rel, t in sorted(versions) if paths.media_index_shard_path(rel) not in failed}
+        if "*" in o.lost:
+            failed.add(o.path)
+        lost.update(u for u in o.lost if u != "*")
+
+    def gone(rel: str) -> bool:
+        return paths.media_index_shard_path(rel) in failed or any(u.endswith("/" + rel) for u in lost)
+
+    tokens = {rel: t for rel, t in sorted(versions) if not gone(rel)}
     return [records[p] for p in sorted(records)], tokens
 
 
