@@ -13,10 +13,12 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import os
 import sys
 from typing import TYPE_CHECKING, Optional, Sequence
 
 from transforms import storage
+from transforms.episode import paths
 from transforms.errors import LeRobotImportError
 
 if TYPE_CHECKING:  # Beam and the render steps are imported to run, not for --help
@@ -78,6 +80,39 @@ def _dataset_root(source: str, tasks: Optional[str]) -> str:
         raise LeRobotImportError("io", f"{source}/manifest.json names no dataset: give its root with --tasks",
                                  file="manifest.json") from None
     return storage.normalize_root(dataset)
+
+
+def placement_problem(source: str, output: str, dataset: Optional[str]) -> Optional[str]:
+    """Why writing samples to `output` could destroy an import or a dataset, or None.
+
+    The samples and their errors.jsonl may not go into the import being read, its dataset, or any other
+    import or dataset (a folder with a manifest.json or a meta/info.json, itself or above it): an
+    import's own errors.jsonl would be overwritten, its folders filled with files it would report as
+    unlisted."""
+    out = storage.resolved(output)
+    for what, root in (("the import being read", source), ("its dataset", dataset)):
+        if root and storage.within(out, storage.resolved(root)):
+            return (f"--output {output} is inside {what} ({root}): rendering writes samples and errors.jsonl, "
+                    "which would overwrite or mix with its files. Give a folder of its own")
+    for folder in _self_and_parents(out):
+        for marker, what in ((paths.MANIFEST, "an import"), ("meta/info.json", "a dataset")):
+            if storage.exists(storage.join(folder, marker)):
+                return (f"--output {output} is inside {what} ({folder} holds {marker}): rendering would overwrite "
+                        "or mix with its files. Give a folder of its own")
+    return None
+
+
+def _self_and_parents(uri: str) -> list[str]:
+    """`uri` and, for a local path, every folder above it (a bucket path: itself only, no listing cost)."""
+    if not uri.startswith("file://"):
+        return [uri]
+    path, found = uri[len("file://"):], []
+    while True:
+        found.append("file://" + path)
+        parent = os.path.dirname(path)
+        if parent == path:
+            return found
+        path = parent
 
 
 def build_pipeline(opts: argparse.Namespace, options: PipelineOptions, recipe_text: str,
@@ -154,7 +189,12 @@ def run(argv: Optional[Sequence[str]] = None) -> int:
     from transforms.render_samples import errors_path, load_tasks
     try:
         recipe_text = _read_recipe(opts.recipe)
-        tasks = load_tasks(_dataset_root(storage.normalize_root(opts.input), opts.tasks))
+        dataset = _dataset_root(storage.normalize_root(opts.input), opts.tasks)
+        problem = placement_problem(opts.input, opts.output, dataset)
+        if problem is not None:
+            print(f"error: {problem}", file=sys.stderr)
+            return 1
+        tasks = load_tasks(dataset)
     except (RecipeError, LeRobotImportError) as ex:
         print(f"error: {ex}", file=sys.stderr)
         return 1

@@ -43,6 +43,7 @@ import collections
 import dataclasses
 import io
 import json
+import math
 import os
 import threading
 from typing import Any, Callable, Mapping, Optional, Sequence
@@ -258,6 +259,66 @@ def _values(col: pa.Array, f: _Feature) -> tuple[np.ndarray, Optional[np.ndarray
     return np.asarray(raw).astype(f.dtype, copy=False).reshape((-1, *f.shape)), nulls
 
 
+#: Offsets of a `delta_timestamps` window are at most this far from the frame (a day) ...
+MAX_OFFSET_S = 86_400.0
+#: ... and a window has at most this many offsets.
+MAX_WINDOW = 100_000
+#: Episode indices are non-negative int64 values (as the import stores them).
+_MAX_EPISODE = np.iinfo(np.int64).max
+
+
+def check_arguments(delta_timestamps: Optional[Mapping[str, Sequence[float]]], episodes: Optional[Sequence[int]],
+                    tolerance_s: float) -> tuple[Optional[dict[str, list[float]]], Optional[np.ndarray]]:
+    """`ImportedFrames`' arguments checked before anything is read: `delta_timestamps` as {key: [finite
+    seconds within MAX_OFFSET_S]}, `episodes` as whole non-negative indices, `tolerance_s` finite.
+
+    Returns:
+        (the windows as lists of floats, the episodes as an int64 array), None where not given.
+    Raises:
+        FramesError: naming the argument and the value that breaks the rule.
+    """
+    if not (isinstance(tolerance_s, (int, float)) and math.isfinite(tolerance_s) and tolerance_s >= 0):
+        raise FramesError(f"tolerance_s={tolerance_s!r:.100} is not a finite number of seconds >= 0")
+    windows = None
+    if delta_timestamps is not None:
+        if not isinstance(delta_timestamps, Mapping):
+            raise FramesError(f"delta_timestamps must map feature keys to lists of offsets in seconds, not "
+                              f"{type(delta_timestamps).__name__}")
+        windows = {}
+        for key, offsets in delta_timestamps.items():
+            if isinstance(offsets, (str, bytes)) or not isinstance(offsets, (Sequence, np.ndarray)):
+                raise FramesError(f"delta_timestamps[{key!r:.100}] must be a list of offsets in seconds, not "
+                                  f"{type(offsets).__name__}")
+            if len(offsets) > MAX_WINDOW:
+                raise FramesError(f"delta_timestamps[{key!r:.100}] has {len(offsets):,} offsets; at most "
+                                  f"{MAX_WINDOW:,} are served per item")
+            values = []
+            for x in offsets:
+                try:
+                    value = float(x)
+                except (TypeError, ValueError, OverflowError):
+                    raise FramesError(f"delta_timestamps[{key!r:.100}] holds {x!r:.100}, not a number of seconds"
+                                      ) from None
+                if not math.isfinite(value) or abs(value) > MAX_OFFSET_S:
+                    raise FramesError(f"delta_timestamps[{key!r:.100}] holds {x!r:.100}: offsets are finite "
+                                      f"seconds within +/-{MAX_OFFSET_S:g} s of the frame")
+                values.append(value)
+            windows[key] = values
+    wanted = None
+    if episodes is not None:
+        try:
+            raw = np.asarray(list(episodes), dtype=object).reshape(-1)
+        except TypeError:
+            raise FramesError(f"episodes must be a list of episode indices, not {type(episodes).__name__}") from None
+        for e in raw:
+            whole = isinstance(e, (int, np.integer)) and not isinstance(e, bool) or (
+                isinstance(e, (float, np.floating)) and math.isfinite(e) and float(e).is_integer())
+            if not whole or not 0 <= int(e) <= _MAX_EPISODE:
+                raise FramesError(f"episodes holds {e!r:.100}, not an episode index (a whole number >= 0)")
+        wanted = raw.astype(np.int64)
+    return windows, wanted
+
+
 class ImportedFrames(_Dataset):
     """The frames of an import as a map-style PyTorch dataset of LeRobot items (see the module docstring).
 
@@ -297,8 +358,7 @@ class ImportedFrames(_Dataset):
         self.tolerance_s = float(tolerance_s)
         self.allowed_roots = None if allowed_roots is None else [str(r) for r in allowed_roots]
         self.image_transforms = image_transforms
-        self.delta_timestamps = None if delta_timestamps is None else {k: [float(x) for x in v]
-                                                                       for k, v in delta_timestamps.items()}
+        self.delta_timestamps, episodes = check_arguments(delta_timestamps, episodes, self.tolerance_s)
         self._init_process()
         self._gops = GopCache(cache_gops)
         manifest = _read_manifest(self.root)
@@ -362,7 +422,7 @@ class ImportedFrames(_Dataset):
         rg_pos, rows = np.concatenate(rg_pos), np.concatenate(rows)
         indices, lengths = np.concatenate(indices), np.concatenate(lengths)
         if episodes is not None:
-            wanted = np.asarray(list(episodes), np.int64).reshape(-1)
+            wanted = episodes
             missing = np.setdiff1d(wanted, indices)
             if len(missing):
                 raise FramesError(f"episodes {', '.join(map(str, missing[:20].tolist()))} are not in the import at "
