@@ -371,10 +371,10 @@ def _hub():
 # LIST_DEADLINE_S, and stops at an empty page: huggingface_hub's pager is replaced by this one (every
 # listing of the library goes through it: trees, datasets, commits).
 
-#: A listing reads at most this many pages (1,000 entries a page on the Hub: ten million entries).
-LIST_MAX_PAGES = 10_000
+#: A listing reads at most this many pages (1,000 entries a page on the Hub: two million entries).
+LIST_MAX_PAGES = 2_000
 #: ... and at most this many entries in all.
-LIST_MAX_ITEMS = 5_000_000
+LIST_MAX_ITEMS = 1_000_000
 #: ... within this many seconds.
 LIST_DEADLINE_S = 900.0
 
