@@ -86,7 +86,7 @@ def test_endless_listing_stops(tmp_path, monkeypatch, mode, capfd):
         else:
             message = capfd.readouterr().out
         pages = standin.count("tree")
-    assert time.monotonic() - start < 60
+    assert time.monotonic() - start < 300  # a hang never ends; a loaded machine is slow
     assert pages <= 41 * 3, pages  # each listing stops at its page bound (or at its first empty page)
     if mode == "repeat":
         (error,) = read_errors(tmp_path / "out")
@@ -129,5 +129,5 @@ def test_slow_bytes_meet_the_read_deadline(tmp_path, monkeypatch):
             message = str(ex)
         else:
             message = "\n".join(e["message"] for e in read_errors(tmp_path / "out"))
-    assert time.monotonic() - start < 60
+    assert time.monotonic() - start < 300  # a hang never ends; a loaded machine is slow
     assert "took more than 1 s (the Hub sent" in message, message

@@ -131,7 +131,7 @@ def test_fifo_state_file_is_refused_in_bounded_time(case, name, capsys):
         in capsys.readouterr().out
     report, = verify.verify(str(out))
     assert [(p.path, p.kind) for p in report.problems] == [(name, "confinement")]
-    assert time.monotonic() - start < 30
+    assert time.monotonic() - start < 300  # a hang never ends; a loaded machine is slow
 
 
 def test_user_files_under_media_index_are_kept_and_named(case):
@@ -182,7 +182,7 @@ def test_verify_never_reads_a_part_that_is_a_device_or_fifo(case, kind):
         expected = f"{PART} is a FIFO (named pipe), not a regular file"
     start = time.monotonic()
     report, = verify.verify(str(out))
-    assert time.monotonic() - start < 10
+    assert time.monotonic() - start < 300  # a hang never ends; a loaded machine is slow
     assert [(p.path, p.kind) for p in report.problems] == [(PART, "confinement")]
     assert report.problems[0].message.startswith(expected), report.problems[0].message
 

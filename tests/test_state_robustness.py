@@ -99,7 +99,7 @@ def test_huge_state_files_are_read_bounded(case, capsys):
     report, = verify.verify(str(out))
     assert [(p.path, p.kind) for p in report.problems] == [("manifest.json", "manifest")]
     assert "manifest manifest.json is 314,572,800 bytes; at most 67,108,864 bytes" in report.problems[0].message
-    assert time.monotonic() - start < 60
+    assert time.monotonic() - start < 300  # a hang never ends; a loaded machine is slow
     grown_mib = (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before) / 1024
     assert grown_mib < 200, f"peak RSS grew {grown_mib:.0f} MiB"
 
