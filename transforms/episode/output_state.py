@@ -7,7 +7,7 @@ replaced by a symlink. Whatever it holds, the import, `verify` and `plan` keep t
   * every path taken from the output's state names a file inside the output, under the folder it
     belongs to (a part under `episodes/`, a shard under `media_index/`), as a clean relative path: no
     `..`, no absolute path, no URL, nothing empty;
-  * on local storage, the folders and files the import manages (`episodes/`, `media_index/` and
+  * on local storage, the folders and files the import manages (`episodes/`, `media_index/`, `quality/` and
     everything under them, `manifest.json`, `errors.jsonl`, `.lease.json` and its lock) are never
     symlinks and are regular files or folders: a link would make the import write through it, outside
     the output, and later delete it. Such an output is refused before anything is written or deleted.
@@ -41,7 +41,7 @@ RULE = "output_confinement"
 #: The temporary name `storage.tmp_name` gives: `.<final name>.tmp-<32 hex digits>`.
 TMP_PATTERN = re.compile(r"^\.(?P<final>.+)" + re.escape(storage.TMP_MARK) + r"[0-9a-f]{32}$")
 _STATE_FILES = (paths.MANIFEST, paths.ERRORS, paths.LEASE, paths.LEASE_LOCK)
-_STATE_FOLDERS = (paths.EPISODES_DIR, paths.MEDIA_INDEX_DIR)
+_STATE_FOLDERS = (paths.EPISODES_DIR, paths.MEDIA_INDEX_DIR, paths.QUALITY_DIR)
 
 
 def is_own_tmp(name: str) -> bool:
@@ -284,6 +284,9 @@ def check_manifest(doc: dict, out_root: str) -> None:
             continue
         for part in _paths_of(entry, "parts", "part_files"):
             _check_in(refuse, "episode part", part, paths.EPISODES_DIR)
+        table = entry.get("quality", {}).get("table") if isinstance(entry.get("quality"), dict) else None
+        if table:
+            _check_in(refuse, "quality table", table, paths.QUALITY_DIR)
     for shard in _paths_of(doc, "media_index", "media_index_files"):
         _check_in(refuse, "media_index shard", shard, paths.MEDIA_INDEX_DIR)
     versions = doc.get("video_versions")
