@@ -36,6 +36,7 @@ sys.path.insert(0, str(HERE.parents[1]))
 import av  # noqa: E402
 
 import dataset_factory as DF  # noqa: E402
+from scheduling import restore_normal_scheduling  # noqa: E402
 from pipelines.import_lerobot import run as run_import  # noqa: E402
 from transforms.reader.import_reader import ImportReader  # noqa: E402
 from transforms.mp4 import ranges  # noqa: E402
@@ -70,6 +71,7 @@ def encode(path: Path, codec: str, frames: int, width: int = 320, height: int = 
                 out.mux(p)
         for p in s.encode(None):
             out.mux(p)
+    restore_normal_scheduling()  # SVT-AV1 leaves this thread at real-time priority (tests/scheduling.py)
     return path
 
 

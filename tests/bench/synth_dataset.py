@@ -45,6 +45,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repo root, when run as a script
+from tests.scheduling import restore_normal_scheduling  # noqa: E402
 from tests.dataset_factory import (  # noqa: E402  (LeRobot's path templates and default columns)
     DATA_PATH, DEFAULTS as DEFAULT_FEATURES, EPISODES_PATH, VIDEO_PATH)
 
@@ -117,6 +118,7 @@ def encode_clip(encoder: str, frames: int, *, camera: int = 0, fps: int = 30, wi
                 out.mux(p)
         for p in stream.encode(None):
             out.mux(p)
+    restore_normal_scheduling()  # SVT-AV1 leaves this thread at real-time priority (tests/scheduling.py)
     data = buf.getvalue()
     with av.open(io.BytesIO(data)) as inp:
         st = inp.streams.video[0]

@@ -1,0 +1,37 @@
+"""An AV1 encode in a test leaves no thread of the process at real-time priority (tests/scheduling.py)."""
+
+from __future__ import annotations
+
+import os
+import threading
+
+import pytest
+
+from tests import mp4_factory as F
+from tests.scheduling import restore_normal_scheduling
+
+
+def _policies() -> set[int]:
+    return {os.sched_getscheduler(int(t)) for t in os.listdir("/proc/self/task")}
+
+
+@pytest.mark.skipif(not hasattr(os, "sched_getscheduler"), reason="no POSIX scheduling policies on this system")
+def test_av1_encode_leaves_normal_scheduling(tmp_path):
+    F.encode(tmp_path / "a.mp4", codec="libsvtav1", frames=4)
+    assert _policies() == {os.SCHED_OTHER}
+    seen = []
+    t = threading.Thread(target=lambda: seen.append(os.sched_getscheduler(0)))
+    t.start()
+    t.join()
+    assert seen == [os.SCHED_OTHER]  # a thread started afterwards does not inherit real-time priority
+
+
+@pytest.mark.skipif(not hasattr(os, "sched_setscheduler"), reason="no POSIX scheduling policies on this system")
+def test_restore_moves_a_real_time_thread_back():
+    try:
+        os.sched_setscheduler(0, os.SCHED_FIFO, os.sched_param(1))
+    except PermissionError:
+        pytest.skip("this user may not use real-time priority, so nothing can leave it there")
+    assert os.SCHED_FIFO in _policies()
+    assert restore_normal_scheduling() >= 1
+    assert _policies() == {os.SCHED_OTHER}
