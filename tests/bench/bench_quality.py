@@ -1,100 +1,108 @@
 """What the quality checks cost an import: wall time with and without them, on a LeRobot-shaped dataset.
 
-    python tests/bench/bench_quality.py [--episodes 400] [--frames 250] [--cameras 3] [--rounds 3] [--keep DIR]
+    python tests/bench/bench_quality.py [--episodes 2000] [--rounds 3] [--keep DIR]
 
-The dataset comes from tests/bench/synth_dataset.py (LeRobot's writer layout): 30 fps, state and action of
-14 float32 each, `--cameras` h264 cameras with a keyframe every 2 frames, MP4s rolling over at 10,000
-samples, one data file (LeRobot's 100 MB roll-over is not reached), 50 episodes per episodes file.
+The dataset is bench_real_scale.py's (`make_real_scale`, from tests/bench/synth_dataset.py): 2,000 episodes of
+150..450 frames (~600k frames at 30 fps), state and action float32[24] and LeRobot's 5 default columns, data
+files rolled at 100 MB with one row group per episode, 2 AV1 cameras whose MP4s roll at 9,000 samples with a
+keyframe every 2 frames (sparse MP4s: real sample tables in the moov), 20 episodes files of 100 episodes.
 
-Rounds alternate (with, without, with, ...) in one process, each import into a fresh output, FnApiRunner
-with one worker. "Without" replaces the two hooks the checks add (the part writer's `check_part` and the
-MP4 step's sample windows) by no-ops; everything else (quality tables, manifest summary) still runs. Also
-printed: `lerobot-import check` on the same dataset (the checks alone, reading only what they need).
+Rounds alternate (with, without, without, with, ...), each import in a fresh process into a fresh output
+(`--runner FnApiRunner`, one worker); wall and CPU time (user + system of that process) are printed, CPU
+time being the steadier figure on a shared machine. "Without" replaces the two hooks the checks add (the part writer's
+`check_part` and the MP4 step's sample windows) by no-ops; everything else (quality tables, manifest summary)
+still runs. Also printed: `lerobot-import check` on the same dataset (the checks alone, reading only what
+they need).
 """
 
 from __future__ import annotations
 
 import argparse
+import json
+import os
+import resource
+import shutil
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repo root, when run as a script
-
-from tests.bench.synth_dataset import make_dataset  # noqa: E402
-
-
-def _import(root: Path, out: Path) -> float:
-    from pipelines.import_lerobot import run
-    t = time.perf_counter()
-    status = run(["--dataset", str(root), "--output", str(out), "--runner", "FnApiRunner",
-                  "--direct_num_workers", "1"])
-    elapsed = time.perf_counter() - t
-    assert status == 0, f"import of {root} failed"
-    return elapsed
+REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO))  # the repo root, when run as a script
 
 
-class _ChecksOff:
-    """The import without its quality checks: the two hooks made no-ops for the duration."""
-
-    def __enter__(self):
+def job(root: str, out: str, checks: bool) -> None:
+    """One import in this process (the bench runs it in a fresh one), the checks' hooks no-ops unless `checks`."""
+    import logging
+    logging.disable(logging.WARNING)
+    if not checks:
         from transforms import media_files, quality
-        self._saved = (quality.check_part, media_files.part_samples)
         quality.check_part = lambda *a, **k: []
         media_files.part_samples = lambda rel, index, uses: {u.part: None for u in uses}
-        return self
+    from pipelines.import_lerobot import run
+    status = run(["--dataset", root, "--output", out, "--runner", "FnApiRunner", "--direct_num_workers", "1"])
+    assert status == 0, f"import of {root} failed"
 
-    def __exit__(self, *exc):
-        from transforms import media_files, quality
-        quality.check_part, media_files.part_samples = self._saved
+
+def _timed_import(root: Path, out: Path, checks: bool) -> tuple[float, float]:
+    """(wall seconds, CPU seconds: user + system of the import's process) of one import in a fresh process."""
+    code = (f"import sys; sys.path.insert(0, {str(REPO)!r}); from tests.bench.bench_quality import job; "
+            f"job({str(root)!r}, {str(out)!r}, {checks!r})")
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    t = time.perf_counter()
+    subprocess.run([sys.executable, "-c", code], check=True, stdout=subprocess.DEVNULL, env=dict(
+        os.environ, PYTHONPATH=str(REPO)))
+    wall = time.perf_counter() - t
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return wall, (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--episodes", type=int, default=400)
-    ap.add_argument("--frames", type=int, default=250)
-    ap.add_argument("--cameras", type=int, default=3)
+    ap.add_argument("--episodes", type=int, default=2000)
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--keep", type=Path, default=None, help="generate the dataset here (reused when present)")
     args = ap.parse_args()
 
-    import logging
-    logging.disable(logging.WARNING)
+    from tests.bench.bench_real_scale import make_real_scale
     tmp = Path(tempfile.mkdtemp(prefix="bench_quality_"))
     root = args.keep or tmp / "ds"
     if not (root / "meta/info.json").exists():
         t = time.perf_counter()
-        make_dataset(root, episodes=args.episodes, frames=args.frames, cameras=args.cameras, codec="h264", gop=2,
-                     samples_per_mp4=10_000, episodes_per_meta_file=50, overwrite=True)
+        make_real_scale(root, episodes=args.episodes)
         print(f"generated in {time.perf_counter() - t:.1f} s")
-    data_mb = sum(p.stat().st_size for p in (root / "data").rglob("*.parquet")) / 1e6
+    data = sorted((root / "data").rglob("*.parquet"))
+    data_mb = sum(p.stat().st_size for p in data) / 1e6
     mp4s = sorted((root / "videos").rglob("*.mp4"))
-    print(f"dataset: {args.episodes} episodes x {args.frames} frames = {args.episodes * args.frames:,} frames, "
-          f"{args.cameras} h264 cameras (g=2), {len(mp4s)} MP4s of <= 10,000 samples, "
-          f"{len(list((root / 'data').rglob('*.parquet')))} data file(s) of {data_mb:.1f} MB, "
+    info = json.loads((root / "meta/info.json").read_text())
+    print(f"dataset: {info['total_episodes']} episodes, {info['total_frames']:,} frames, {len(data)} data files "
+          f"({data_mb:.0f} MB), {len(mp4s)} AV1 MP4s (<= 9,000 samples, g=2) over 2 cameras, "
           f"{len(list((root / 'meta/episodes').rglob('*.parquet')))} episodes files")
 
-    times = {"with checks": [], "without": []}
+    times: dict[str, list[tuple[float, float]]] = {"with checks": [], "without": []}
+    order = []
     for r in range(args.rounds):
-        for name in (("with checks", "without") if r % 2 == 0 else ("without", "with checks")):
-            out = tmp / f"out-{name.replace(' ', '_')}-{r}"
-            if name == "without":
-                with _ChecksOff():
-                    times[name].append(_import(root, out))
-            else:
-                times[name].append(_import(root, out))
-            print(f"round {r + 1}: {name:12s} {times[name][-1]:7.2f} s")
-    with_, without = statistics.median(times["with checks"]), statistics.median(times["without"])
-    print(f"import wall time (median of {args.rounds}): with checks {with_:.2f} s, without {without:.2f} s: "
-          f"the checks add {100 * (with_ - without) / without:+.1f}%")
+        order += [True, False] if r % 2 == 0 else [False, True]
+    for i, checks in enumerate(order):
+        name = "with checks" if checks else "without"
+        times[name].append(_timed_import(root, tmp / f"out-{i}", checks))
+        shutil.rmtree(tmp / f"out-{i}", ignore_errors=True)
+        wall, cpu = times[name][-1]
+        print(f"import {i + 1}: {name:12s} wall {wall:7.2f} s, CPU {cpu:7.2f} s", flush=True)
+    for k, what in ((0, "wall time"), (1, "CPU time (user + system; the machine may be shared)")):
+        with_ = statistics.median(t[k] for t in times["with checks"])
+        without = statistics.median(t[k] for t in times["without"])
+        print(f"import {what}, median of {args.rounds}: with checks {with_:.2f} s, without {without:.2f} s: the "
+              f"checks add {100 * (with_ - without) / without:+.1f}% (target <= +10%)")
 
     from transforms.quality.dataset import check_dataset_quality
     t = time.perf_counter()
     report = check_dataset_quality(str(root))
     print(f"lerobot-import check (the checks alone, reading what they need): {time.perf_counter() - t:.2f} s, "
-          f"{len(report.findings)} findings, {report.bytes_read / 1e6:.1f} MB of data files read of {data_mb:.1f}")
+          f"{len(report.findings)} findings, {report.bytes_read / 1e6:.0f} MB read of {data_mb:.0f} MB of data files")
+    shutil.rmtree(tmp, ignore_errors=True)
 
 
 if __name__ == "__main__":

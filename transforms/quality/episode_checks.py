@@ -14,7 +14,7 @@ episode's times is never a finding.
 
 from __future__ import annotations
 
-from typing import Any, Optional, Sequence
+from typing import Any, NamedTuple, Optional, Sequence
 
 import numpy as np
 import pyarrow as pa
@@ -59,15 +59,38 @@ def dim_labels(feature: Feature, width: int) -> list[str]:
     return [str(i) for i in range(width)]
 
 
+class FeaturePlan(NamedTuple):
+    """Which features each check reads, decided once per dataset (not per episode)."""
+
+    names: frozenset[str]  # every frame feature
+    floats: tuple[Feature, ...]  # float features but the bookkeeping ones: NaN/Inf
+    numerics: tuple[Feature, ...]  # numeric features but the bookkeeping ones: frozen
+
+    @classmethod
+    def of(cls, info: DatasetInfo) -> "FeaturePlan":
+        features = info.frame_features
+        numerics = tuple(f for f in features if f.kind == "numeric" and f.name not in BOOKKEEPING)
+        return cls(frozenset(f.name for f in features), tuple(f for f in numerics if f.dtype.startswith("float")),
+                   numerics)
+
+
 class EpisodeContext:
     """What every check of one episode needs: who it is and its frames' timeline."""
 
     def __init__(self, dataset: str, episodes_file: str, row: EpisodeRow, frames: pa.StructArray,
-                 info: DatasetInfo) -> None:
+                 info: DatasetInfo, plan: Optional[FeaturePlan] = None) -> None:
         self.dataset, self.episodes_file, self.row, self.frames, self.info = dataset, episodes_file, row, frames, info
-        names = {f.name for f in info.frame_features}
+        self.plan = plan or FeaturePlan.of(info)
+        names = self.plan.names
         self.timestamps = _float_column(frames, "timestamp") if "timestamp" in names else None
         self.frame_index = _int_column(frames, "frame_index") if "frame_index" in names else None
+        self._values: dict[str, tuple[np.ndarray, np.ndarray]] = {}
+
+    def values(self, feature: Feature) -> tuple[np.ndarray, np.ndarray]:
+        """`numeric_values` of a feature, converted once for all the checks of the episode."""
+        if feature.name not in self._values:
+            self._values[feature.name] = numeric_values(self.frames, feature)
+        return self._values[feature.name]
 
     def finding(self, check: str, feature: Optional[str], count: int, first_frame: Optional[int], detail: str,
                 file: Optional[str] = None) -> Finding:
@@ -82,7 +105,9 @@ def _float_column(frames: pa.StructArray, name: str) -> np.ndarray:
 
 def _int_column(frames: pa.StructArray, name: str) -> np.ndarray:
     column = frames.field(name)
-    return column.fill_null(-1).to_numpy(zero_copy_only=False).astype(np.int64, copy=False)
+    if column.null_count:
+        column = column.fill_null(-1)
+    return column.to_numpy(zero_copy_only=False).astype(np.int64, copy=False)
 
 
 def _s(x: float) -> str:
@@ -133,10 +158,8 @@ def timestamp_steps(ctx: EpisodeContext) -> list[Finding]:
 
 def non_finite(ctx: EpisodeContext) -> list[Finding]:
     out = []
-    for feature in ctx.info.frame_features:
-        if feature.kind != "numeric" or not feature.dtype.startswith("float") or feature.name in BOOKKEEPING:
-            continue
-        values, valid = numeric_values(ctx.frames, feature)
+    for feature in ctx.plan.floats:
+        values, valid = ctx.values(feature)
         bad_values = ~np.isfinite(values) & valid[:, None]
         if not bad_values.any():
             continue
@@ -161,10 +184,8 @@ def frozen_feature(ctx: EpisodeContext) -> list[Finding]:
     n = len(ctx.frames)
     if n < 2:
         return out
-    for feature in ctx.info.frame_features:
-        if feature.kind != "numeric" or feature.name in BOOKKEEPING:
-            continue
-        values, valid = numeric_values(ctx.frames, feature)
+    for feature in ctx.plan.numerics:
+        values, valid = ctx.values(feature)
         if not valid.all():
             values = values[valid]
             if len(values) < 2:
@@ -187,11 +208,12 @@ def episode_rows(ctx: EpisodeContext) -> list[Finding]:
     out = []
     n = len(ctx.frames)
     ep = ctx.row.episode_index
-    if "episode_index" in {f.name for f in ctx.info.frame_features}:
-        other = _int_column(ctx.frames, "episode_index") != ep
+    if "episode_index" in ctx.plan.names:
+        episode_index = _int_column(ctx.frames, "episode_index")
+        other = episode_index != ep
         if other.any():
             i = int(np.flatnonzero(other)[0])
-            found = _int_column(ctx.frames, "episode_index")[i]
+            found = episode_index[i]
             out.append(ctx.finding("episode_rows", "episode_index", other.sum(), i,
                                    f"{int(other.sum())} of its {n} rows (dataset_from_index {ctx.row.from_index} .. "
                                    f"{ctx.row.to_index}) hold another episode_index, first frame {i}: {found}; its "
@@ -209,7 +231,7 @@ def episode_rows(ctx: EpisodeContext) -> list[Finding]:
 def episode_tasks(ctx: EpisodeContext, tasks: Optional[Sequence[str]]) -> list[Finding]:
     """The episode's `tasks` list vs the tasks its frames' task_index name (`tasks`: meta/tasks.parquet in row
     order; None when the dataset has none to compare with)."""
-    if tasks is None or "task_index" not in {f.name for f in ctx.info.frame_features} or len(ctx.frames) == 0:
+    if tasks is None or "task_index" not in ctx.plan.names or len(ctx.frames) == 0:
         return []
     index = _int_column(ctx.frames, "task_index")
     used, first = np.unique(index, return_index=True)

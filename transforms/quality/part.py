@@ -17,8 +17,9 @@ from transforms.lerobot.info import DatasetInfo
 from transforms.lerobot.tasks import TASKS_PATH, tasks_in_row_order
 from transforms.errors import LeRobotImportError
 from transforms.quality import dataset_checks
-from transforms.quality.episode_checks import EpisodeContext, check_episode
+from transforms.quality.episode_checks import EpisodeContext, FeaturePlan, check_episode
 from transforms.quality.findings import Finding, with_severity
+from transforms.quality.screen import suspects
 from transforms.quality.video_checks import SampleTimes, video_samples
 
 
@@ -42,11 +43,13 @@ def check_part(dataset: str, episodes_file: str, info: DatasetInfo, rows: Sequen
         declared: the whole info.json, when `info` is cut to the columns read (what a data file may hold).
     """
     found: list[Finding] = []
-    for row in rows:
-        episode = frames.get(row.position)
-        if episode is None:
+    plan = FeaturePlan.of(info)
+    checked = [(row, frames[row.position]) for row in rows if row.position in frames]
+    flags = suspects(info, [r for r, _ in checked], [f for _, f in checked], plan, tasks=tasks, samples=samples)
+    for (row, episode), flagged in zip(checked, flags):
+        if not flagged:
             continue
-        ctx = EpisodeContext(dataset, episodes_file, row, episode, info)
+        ctx = EpisodeContext(dataset, episodes_file, row, episode, info, plan)
         found += check_episode(ctx, tasks)
         if samples:
             found += video_samples(ctx, samples)

@@ -55,10 +55,14 @@ def presentation_times(index: pa.Array) -> tuple[np.ndarray, Optional[float]]:
     track = mp4_arrow.read_track(index)
     deltas, _, pts = mp4_arrow.decode_times(track)
     timescale = int(track.timescale)
-    times = np.sort(pts) / timescale
+    if len(pts) > 1 and not (pts[1:] >= pts[:-1]).all():  # B-frames: presented in another order than decoded
+        pts = np.sort(pts)
+    times = pts / timescale
     fps = None
     positive = deltas[deltas > 0]
-    if len(positive):
+    if len(positive) and positive.min() == positive.max():  # a constant frame rate: no need to count
+        fps = timescale / float(positive[0])
+    elif len(positive):
         values, counts = np.unique(positive, return_counts=True)
         fps = timescale / float(values[int(np.argmax(counts))])
     return times, fps
