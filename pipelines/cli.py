@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import difflib
+import os
 import re
 import sys
 from importlib import metadata
@@ -241,7 +242,12 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
             sys.exit(check.run(argv[1:]))
         check_arguments(argv)
         from pipelines import import_lerobot
-        sys.exit(import_lerobot.run(argv, verbosity=verbosity))
+        status = import_lerobot.run(argv, verbosity=verbosity)
+        if status in import_lerobot.INTERRUPTED_STATUS:
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os._exit(status)  # the pipeline's threads are stopped, not waited for
+        sys.exit(status)
     except UsageError as ex:
         print(str(ex), file=sys.stderr)
         sys.exit(EXIT_USAGE)

@@ -12,40 +12,53 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import datetime
+import json
 import logging
 import os
+import signal
 import sys
+import threading
 import time
 import uuid
 from typing import TYPE_CHECKING, Optional, Sequence
 
 from pipelines import cli
+from pipelines import summary
 
 if TYPE_CHECKING:  # imported where used: `--help` and `--version` load neither Beam nor pyarrow
     import apache_beam as beam
     from apache_beam.options.pipeline_options import PipelineOptions
 
     from pipelines.options import ImportOptions
+    from pipelines.targets import RunTargets
     from transforms import lease
     from transforms.messages import ImportConfig
 
 _LOG = logging.getLogger("lerobot_import")
 
 
-def config_from_options(options: ImportOptions, *, run_id: str = "", started_at: str = "") -> ImportConfig:
-    """The run's ImportConfig: dataset roots resolved (lists and globs expanded) and their outputs."""
-    from pipelines.targets import resolve_targets
+def run_targets(options: ImportOptions, *, check: bool = False) -> RunTargets:
+    """The run's dataset roots resolved (lists and globs expanded), their outputs, and (`check`) the roots
+    left out before anything is written (not datasets); SystemExit with one line when the run cannot start."""
+    from pipelines.targets import resolve_run
     from transforms.errors import LeRobotImportError
-    from transforms.messages import ImportConfig
 
     if not options.output:
         raise cli.UsageError("error: --output is required (see --help)")
     try:
-        targets = resolve_targets(options.dataset or [], options.datasets, options.output)
+        return resolve_run(options.dataset or [], options.datasets, options.output, check=check)
     except LeRobotImportError as ex:
         if ex.rule == "url":  # a URL no filesystem reads: the command line is wrong
             raise cli.UsageError(f"error: {ex}") from None
         raise SystemExit(f"error: {ex}") from None
+
+
+def config_from_options(options: ImportOptions, *, run_id: str = "", started_at: str = "",
+                        targets: Optional[RunTargets] = None) -> ImportConfig:
+    """The run's ImportConfig: dataset roots resolved (lists and globs expanded) and their outputs."""
+    from transforms.messages import ImportConfig
+
+    targets = (run_targets(options) if targets is None else targets).targets
     if options.read_in_parts:
         if options.one_part:
             raise cli.UsageError("error: --read-in-parts and --one-part contradict each other; reading in parts is "
@@ -105,15 +118,28 @@ def run(argv: Optional[Sequence[str]] = None, *, wait: bool = True, verbosity: i
 
     options = PipelineOptions(argv)
     import_options = options.view_as(ImportOptions)
-    config = config_from_options(import_options, run_id=uuid.uuid4().hex, started_at=sink.now_iso())
+    problem = runner_problem(options)
+    if problem:  # before any lease or request: Beam would say it only once the pipeline is submitted
+        raise SystemExit(f"error: {problem}")
+    if is_dry_run(options):
+        return dry_run(options, import_options)
+    planned = run_targets(import_options, check=wait)
+    config = config_from_options(import_options, run_id=uuid.uuid4().hex, started_at=sink.now_iso(),
+                                 targets=planned)
+    left_out = left_out_lines(planned)
+    for line in left_out:
+        print(line)
     config, refused = safe_targets(config)
     for line in refused:
         print(line)
     if not config.targets:
+        if left_out and not refused:
+            print("error: no dataset to import (see above)")
         return 1
     if not wait:
         build_pipeline(options, config).run()
         return 0
+    refused = refused or list(planned.refused)
     with contextlib.ExitStack() as stack:
         keepers, held = take_leases(config, stack, options.view_as(RunOptions).wait_for_lease)
         for line in held:
@@ -122,12 +148,18 @@ def run(argv: Optional[Sequence[str]] = None, *, wait: bool = True, verbosity: i
             print("error: every output is being imported by another run; this run imports nothing "
                   "(--wait-for-lease SECONDS waits for them)")
             return 1
+        targets = config.targets
         config = dataclasses.replace(config, targets=tuple(keepers))
         from pipelines import progress
-        with progress.showing(verbosity >= 0 and progress.local_run(options)):
-            result = build_pipeline(options, config).run()
-            result.wait_until_finish()
-        status = summarize(result, config)
+        try:
+            with progress.showing(verbosity >= 0 and progress.local_run(options)):
+                result = run_interruptibly(build_pipeline(options, config))
+        except Interrupted as ex:
+            return stop_interrupted(config, ex.signum)
+        outcomes: dict[str, str] = {}
+        status = summarize(result, config, outcomes)
+        if planned.bulk:
+            write_bulk_report(import_options.output, config, planned, targets, outcomes)
         lost = [keeper.lost for keeper in keepers.values() if keeper is not None and keeper.lost is not None]
         for ex in lost:  # another run took the output over while this one imported: its result is suspect
             print(f"error: {ex}; import that output again once the other run has finished")
@@ -153,6 +185,178 @@ def safe_targets(config: ImportConfig) -> tuple[ImportConfig, list[str]]:
             continue
         kept.append((root, out))
     return dataclasses.replace(config, targets=tuple(kept)), refused
+
+
+DATAFLOW_NEEDS = (("project", "PROJECT"), ("region", "us-central1"), ("temp_location", "gs://BUCKET/tmp"))
+
+
+def runner_problem(options: PipelineOptions) -> Optional[str]:
+    """Why the runner options cannot run (an unknown runner; Dataflow without its project, region or
+    temp_location), as one line; None when they can. Asks nothing of the network."""
+    from apache_beam.options.pipeline_options import GoogleCloudOptions, StandardOptions
+
+    runner = options.view_as(StandardOptions).runner
+    if runner is None or not isinstance(runner, str):
+        return None
+    from apache_beam.runners.runner import create_runner
+    try:
+        name = type(create_runner(runner)).__name__
+    except (ValueError, ImportError) as ex:
+        return f"--runner {runner}: {str(ex).splitlines()[0] if str(ex) else 'unknown runner'}"
+    if name != "DataflowRunner":
+        return None
+    cloud = options.view_as(GoogleCloudOptions)
+    values = {"project": cloud.project, "region": cloud.region,
+              "temp_location": cloud.temp_location or cloud.staging_location}
+    missing = [(k, example) for k, example in DATAFLOW_NEEDS if not values[k]]
+    if not missing:
+        return None
+    return (f"--runner {runner} needs {', '.join('--' + k for k, _ in missing)} (e.g. "
+            f"{' '.join(f'--{k} {example}' for k, example in missing)})")
+
+
+def is_dry_run(options: PipelineOptions) -> bool:
+    return str(options.get_all_options().get("dry_run")).lower() in ("true", "1")
+
+
+def dry_run(options: PipelineOptions, import_options: ImportOptions) -> int:
+    """`--dry_run`: build and translate the pipeline without running it. It takes no lease, checks no
+    root and asks no credentials (nothing is submitted, so nothing waits on a metadata server)."""
+    from apache_beam.options.pipeline_options import GoogleCloudOptions
+
+    from transforms.episode import output as sink
+
+    options.view_as(GoogleCloudOptions).no_auth = True
+    config = config_from_options(import_options, run_id=uuid.uuid4().hex, started_at=sink.now_iso())
+    build_pipeline(options, config).run()
+    print(f"dry run: the pipeline over {len(config.targets)} dataset{'s' if len(config.targets) != 1 else ''} "
+          "was built and not run; no lease taken, nothing written")
+    return 0
+
+
+class Interrupted(BaseException):
+    """SIGINT or SIGTERM reached the command while its pipeline ran (raised in the main thread only)."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signum)
+        self.signum = signum
+
+
+def run_interruptibly(pipeline: beam.Pipeline):  # -> its PipelineResult
+    """Run `pipeline` to its end and return its result, or raise `Interrupted` at SIGINT/SIGTERM.
+
+    The pipeline runs on a thread of its own and the main thread only waits, so a signal is met there,
+    never inside a DoFn (where Beam would turn it into a step failure with a traceback). The pipeline's
+    thread is a daemon: the command exits without waiting for it. Off the main thread (signals cannot be
+    caught there) the pipeline simply runs."""
+    if threading.current_thread() is not threading.main_thread():
+        result = pipeline.run()
+        result.wait_until_finish()
+        return result
+    box: dict = {}
+
+    def target() -> None:
+        try:
+            result = pipeline.run()
+            result.wait_until_finish()
+            box["result"] = result
+        except BaseException as ex:  # noqa: BLE001 - handed to the main thread, raised there
+            box["error"] = ex
+
+    def interrupt(signum, _frame) -> None:
+        for s in (signal.SIGINT, signal.SIGTERM):  # cleaning up is short; a second signal must not cut it
+            signal.signal(s, signal.SIG_IGN)
+        raise Interrupted(signum)
+
+    previous = {s: signal.signal(s, interrupt) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        worker = threading.Thread(target=target, name="lerobot-import-pipeline", daemon=True)
+        worker.start()
+        while worker.is_alive():
+            worker.join(0.2)
+    finally:
+        for s, handler in previous.items():
+            signal.signal(s, handler)
+    if "error" in box:
+        raise box["error"]
+    return box["result"]
+
+
+def stop_interrupted(config: ImportConfig, signum: int) -> int:
+    """End an interrupted run: per output, the episodes files committed so far go into its manifest
+    (status `interrupted`), temporary files are removed; one line says so. Returns 128 + the signal
+    number (130 for SIGINT, 143 for SIGTERM); the caller's exit releases the leases."""
+    from transforms.errors import LeRobotImportError
+
+    name = signal.Signals(signum).name
+    options = config.output_options()
+    kept = 0
+    for root, out in config.targets:
+        try:
+            kept += _keep_committed(root, out, options, config.run_id, name)
+        except (OSError, LeRobotImportError, ValueError) as ex:
+            print(f"{root}: could not record what was committed ({ex}); the next run imports it again -> {out}")
+    noun = "episodes file" if kept == 1 else "episodes files"
+    print(f"interrupted by {name}: {kept} {noun} committed before it kept and recorded, temporary files "
+          "removed, lease released; run the same command again to import the rest")
+    return 128 + signum
+
+
+def _keep_committed(root: str, out: str, options: dict, run_id: str, signal_name: str) -> int:
+    from transforms import storage
+    from transforms.episode import journal, paths
+    from transforms.episode import output as sink
+
+    records, uris = journal.read_records(out, options)
+    for tmp in journal.leftover_temporaries(out):
+        storage.remove(tmp)
+    if not records:
+        return 0
+    raw = storage.optional_read(storage.join(out, paths.MANIFEST))
+    previous = json.loads(raw) if raw else None
+    if not isinstance(previous, dict) or previous.get("options") != options:
+        previous = None
+    files = sum(r.get("kind") == "episodes_file" for r in records)
+    doc = journal.fold(previous, records, dataset=root, options=options, run_id=run_id,
+                        note=f"interrupted by {signal_name} at {sink.now_iso()}: the {files} episodes files it had "
+                             "committed are recorded; the next run imports the rest")
+    doc["finished_at"] = sink.now_iso()
+    storage.write_atomic(storage.join(out, paths.MANIFEST), (json.dumps(doc, indent=2, sort_keys=True) + "\n").encode())
+    journal.clear(out, uris)
+    return files
+
+
+#: Exit statuses of a run ended by SIGINT (130) or SIGTERM (143).
+INTERRUPTED_STATUS = (128 + signal.SIGINT, 128 + signal.SIGTERM)
+BULK_REPORT = "bulk_report.json"
+
+
+def write_bulk_report(output: str, config: ImportConfig, planned: RunTargets, targets,
+                      outcomes: dict[str, str]) -> None:
+    """OUT/bulk_report.json of a run over several datasets: each dataset's outcome (imported, failed,
+    unchanged, held by another run, refused as no dataset) and the folders skipped as not datasets, so a
+    scheduler reads one file instead of every dataset's manifest. Each run replaces it."""
+    from transforms import storage
+    from transforms.episode import output as sink
+
+    rows = [{"dataset": root, "output": out, "outcome": outcomes.get(root, "held")} for root, out in targets]
+    rows += [{"dataset": root, "output": out, "outcome": "refused", "reason": why}
+             for root, out, why in planned.refused]
+    doc = {"run_id": config.run_id, "started_at": config.started_at, "finished_at": sink.now_iso(),
+           "datasets": sorted(rows, key=lambda r: r["dataset"]), "not_datasets": list(planned.not_datasets)}
+    try:
+        storage.write_atomic(storage.join(storage.normalize_root(output), BULK_REPORT),
+                             (json.dumps(doc, indent=2, sort_keys=True) + "\n").encode())
+    except OSError as ex:  # the datasets' own outputs are written: the report only sums them up
+        print(f"warning: could not write {BULK_REPORT} under {output}: {ex}")
+
+
+def left_out_lines(planned: RunTargets) -> list[str]:
+    """One line per root the run leaves out before writing anything: a named root that is not a dataset
+    (a failure of the run), a folder a glob matched that holds no meta/info.json (a note)."""
+    lines = [f"{root}: FAILED - {why} (nothing written to {out})" for root, out, why in planned.refused]
+    lines += [f"{folder}: skipped - not a dataset (no meta/info.json)" for folder in planned.not_datasets]
+    return lines
 
 
 def take_leases(config: ImportConfig, stack: contextlib.ExitStack,
@@ -201,8 +405,9 @@ def _iso(ts: float) -> str:
     return datetime.datetime.fromtimestamp(ts, datetime.timezone.utc).isoformat(timespec="seconds")
 
 
-def summarize(result, config: ImportConfig) -> int:
-    """Print each dataset's outcome and the run's counters; 1 when any dataset failed."""
+def summarize(result, config: ImportConfig, outcomes: Optional[dict[str, str]] = None) -> int:
+    """Print each dataset's outcome (a failed one's findings grouped by rule, `pipelines.summary`) and the
+    run's counters; 1 when any dataset failed. `outcomes` is filled in: root -> imported, failed, unchanged."""
     from apache_beam.metrics.metric import MetricsFilter
 
     from transforms import storage
@@ -212,26 +417,49 @@ def summarize(result, config: ImportConfig) -> int:
     for c in result.metrics().query(MetricsFilter().with_namespace(NAMESPACE))["counters"]:
         # one counter per step that counts it (hub_retries in any step that reads): the run's total is the sum
         counters[c.key.metric.name] = counters.get(c.key.metric.name, 0) + c.committed
-    status = 0
+    outcomes = {} if outcomes is None else outcomes
+    status = shown = 0
     for root, out in config.targets:
         doc = output_state.read_manifest(out).doc
         if doc is None:
             print(f"{root}: FAILED - no manifest was written -> {out}")
-            status = 1
+            status, outcomes[root] = 1, "failed"
             continue
         if doc.get("run_id") != config.run_id:
             print(f"{root}: skipped - unchanged since its import of {doc.get('finished_at')} (--force redoes it)")
+            outcomes[root] = "unchanged"
             continue
         print(f"{root}: {summary_line(doc)} -> {out}")
+        outcomes[root] = doc["status"]
         found = quality_line(doc)
         if found:
             print(f"  {found}: {storage.join(out, 'quality')}")
         if doc["status"] != "imported":
             status = 1
-            print(f"  errors: {storage.join(out, 'errors.jsonl')}")
+            errors_uri = storage.join(out, "errors.jsonl")
+            if shown < summary.MAX_DATASETS:
+                shown += 1
+                for line in summary.findings_lines(summary.parse_errors(_read_errors(errors_uri)), errors_uri):
+                    print(line)
+            else:
+                print(f"  errors: {errors_uri}")
+        if shown <= summary.MAX_DATASETS:
+            for note in (doc.get("notes") or [])[:summary.MAX_RULES]:
+                print(f"  note: {note}")
     if counters:
         print("metrics: " + ", ".join(f"{k}={v}" for k, v in sorted(counters.items())))
     return status
+
+
+def _read_errors(uri: str) -> Optional[bytes]:
+    """errors.jsonl for the terminal summary (None when it cannot be read: the summary says where it is)."""
+    from transforms import storage
+    from transforms.errors import LeRobotImportError
+
+    try:
+        return storage.optional_read(uri)
+    except (OSError, LeRobotImportError):
+        return None
 
 
 def summary_line(doc: dict) -> str:

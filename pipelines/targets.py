@@ -1,13 +1,17 @@
 """Which datasets a run imports and where each one's output goes (Beam-free: `plan` uses it too).
 
 One dataset imports into OUT; several (or `--datasets`) each into OUT/<dataset name>/. An output that
-overlaps its dataset is refused before anything runs. A Hugging Face Hub dataset
+overlaps its dataset is refused before anything runs. A folder a `--datasets` glob matches that holds
+no meta/info.json (a stray folder in a bucket of datasets) is not a dataset: it is skipped and said so,
+never a failure. A root named on the command line that does not exist or is not a dataset is refused
+before any output is touched (`resolve_run`): such a run creates nothing under OUT. A Hugging Face Hub dataset
 (`hf://datasets/OWNER/NAME[@REVISION]`) is pinned here, once, at the commit its revision names now:
 the run reads everything at that commit and its outputs name it, however the branch moves meanwhile.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 import re
@@ -18,22 +22,78 @@ from pipelines.cli import UsageError
 from transforms import hub, storage
 from transforms.episode import paths
 from transforms.errors import LeRobotImportError
+from transforms.lerobot import dataset as lerobot_dataset
+from transforms.lerobot.info import INFO_PATH
 
 _LOG = logging.getLogger(__name__)
 
 
+@dataclasses.dataclass(frozen=True)
+class RunTargets:
+    """What a run imports, and the roots it leaves out before any output is touched."""
+
+    targets: tuple[tuple[str, str], ...]  # (dataset root, output root) to import
+    not_datasets: tuple[str, ...] = ()  # folders a --datasets glob matched that hold no meta/info.json
+    refused: tuple[tuple[str, str, str], ...] = ()  # (root, its output, why): named roots that are no dataset
+    bulk: bool = False  # each dataset into OUT/<dataset name>/
+
+
+def resolve_run(dataset: Sequence[str], datasets: Optional[str], output: str, *, check: bool = True) -> RunTargets:
+    """The run's targets, each named root checked to exist and hold meta/info.json (not yet read).
+
+    A single dataset that fails the check stops the run (SystemExit, one line); in a run over several,
+    it is refused alone (`refused`) and the others go on. Hub roots are checked by the import itself.
+    `check=False` (a dry run, a template launcher) asks storage nothing about the named roots.
+    """
+    not_datasets: list[str] = []
+    targets, bulk = _resolve(dataset, datasets, output, not_datasets)
+    if not check:
+        return RunTargets(targets, tuple(not_datasets), (), bulk)
+    keep, refused = [], []
+    for root, out in targets:
+        problem = root_problem(root)
+        if problem is None:
+            keep.append((root, out))
+        elif not bulk:
+            raise SystemExit(f"error: {problem}")
+        else:
+            refused.append((root, out, problem))
+    return RunTargets(tuple(keep), tuple(not_datasets), tuple(refused), bulk)
+
+
+def root_problem(root: str) -> Optional[str]:
+    """Why `root` is not a dataset an import can start on (it does not exist, is a file, or holds no
+    meta/info.json), as the one-line error; None when it may be one (or storage cannot tell now: the
+    import then meets and records the cause)."""
+    if hub.is_hub(root):
+        return None
+    try:
+        lerobot_dataset.check_is_dataset(root)
+    except LeRobotImportError as ex:  # any other cause (a link leaving the root...) is the import's to record
+        return str(ex) if ex.rule in ("dataset_root", "info_json") else None
+    except OSError:
+        return None
+    return None
+
+
 def resolve_targets(dataset: Sequence[str], datasets: Optional[str], output: str) -> tuple[tuple[str, str], ...]:
-    """(dataset root, output root) pairs for `--dataset` roots and a `--datasets` spec.
+    """(dataset root, output root) pairs for `--dataset` roots and a `--datasets` spec (folders a glob
+    matched that hold no meta/info.json left out).
 
     Raises:
         UsageError (exit status 2): no dataset given, two datasets importing into one folder, an output
             inside its dataset, a Hub repo id given as a path.
-        SystemExit: a `--datasets` pattern matching nothing.
+        SystemExit: a `--datasets` pattern matching nothing, or no dataset.
     """
+    return _resolve(dataset, datasets, output, [])[0]
+
+
+def _resolve(dataset: Sequence[str], datasets: Optional[str], output: str,
+             not_datasets: list[str]) -> tuple[tuple[tuple[str, str], ...], bool]:
     pins: dict[str, str] = {}
     several = bool(datasets) or len(dataset) > 1
     roots = [_root(d, pins, tolerate=several) for d in dataset]
-    bulk = resolve_datasets(datasets, pins) if datasets else []
+    bulk = resolve_datasets(datasets, pins, not_datasets) if datasets else []
     out = storage.normalize_root(output)
     if not roots and not bulk:
         raise UsageError("error: give --dataset ROOT (repeatable) or --datasets ROOTS|GLOB|@FILE (see --help)")
@@ -53,17 +113,20 @@ def resolve_targets(dataset: Sequence[str], datasets: Optional[str], output: str
         problem = paths.placement_problem(root, target)
         if problem:
             raise UsageError(f"error: {problem}")
-    return targets
+    return targets, not (len(roots) == 1 and not bulk)
 
 
-def resolve_datasets(spec: str, pins: Optional[dict[str, str]] = None) -> list[str]:
+def resolve_datasets(spec: str, pins: Optional[dict[str, str]] = None,
+                     not_datasets: Optional[list[str]] = None) -> list[str]:
     """`a,b`, glob patterns and `@file` (one root or pattern per line, `#` comments) -> dataset roots.
 
     Args:
         spec: the `--datasets` value.
         pins: Hub roots already pinned in this run (filled in), so each is looked up once.
+        not_datasets: filled in with the folders a glob matched that hold no meta/info.json (left out).
     """
     pins = {} if pins is None else pins
+    not_datasets = [] if not_datasets is None else not_datasets
     # A Hub pattern lists the owner's datasets through the Hub's API; a Hub root is pinned at its commit.
     if spec.startswith("@"):
         raw = storage.read_bytes(storage.normalize_root(spec[1:]), what="dataset list", file=spec[1:])
@@ -83,10 +146,24 @@ def resolve_datasets(spec: str, pins: Optional[dict[str, str]] = None) -> list[s
             matches = [m for m in storage.glob(storage.normalize_root(item)) if storage.is_dir(m)]
             if not matches:
                 raise SystemExit(f"error: --datasets pattern {item!r} matches no folder")
-            roots += matches
+            found = [m for m in matches if _holds_info(m)]
+            if not found:
+                raise SystemExit(f"error: --datasets pattern {item!r} matches {len(matches)} folder"
+                                 f"{'s' if len(matches) > 1 else ''}, none of them a dataset (no {INFO_PATH})")
+            not_datasets += [m for m in matches if m not in found]
+            roots += found
         else:
             roots.append(_local_or_url(item))
     return roots
+
+
+def _holds_info(folder: str) -> bool:
+    """Whether a folder a glob matched holds meta/info.json (when storage cannot tell, it is kept: the
+    import then records why it cannot be read)."""
+    try:
+        return storage.exists(storage.join(folder, INFO_PATH))
+    except OSError:
+        return True
 
 
 def _root(item: str, pins: dict[str, str], *, tolerate: bool = False) -> str:

@@ -99,7 +99,8 @@ class HostileCase:
     #: For factory datasets: a `mutate_data(table, file_number)` hook for write_dataset.
     mutate_data: Optional[Callable[[pa.Table, int], pa.Table]] = None
     #: "empty": the case is not a failure; the test checks its own expectation. "imports": a dataset that
-    #: looks hostile but is valid (a name holding `::`): every episodes file must import.
+    #: looks hostile but is valid (a name holding `::`): every episodes file must import. "refused": not a
+    #: dataset at all (no meta/info.json): the run stops with one line before writing anything.
     kind: str = "failure"
     #: A known bug: the case is expected to fail its checks (strict xfail), with this reason.
     xfail: Optional[str] = None
@@ -512,7 +513,8 @@ CASES: list[HostileCase] = [
         (r / INFO).read_bytes().replace(b'"synthetic"', b'"synth\xff\xfetic"')), "info_json", ALL, INFO,
        words=["not UTF-8"]),
     _c("info_json_array", _write_info_bytes(b"[1, 2, 3]"), "info_json", ALL, INFO, words=["JSON object"]),
-    _c("info_missing", lambda r, _: (r / INFO).unlink(), "info_json", ALL, INFO, words=["does not exist"]),
+    _c("info_missing", lambda r, _: (r / INFO).unlink(), "info_json", ALL, INFO, words=["does not exist"],
+       kind="refused"),
     _c("info_empty", _write_info_bytes(b""), "info_json", ALL, INFO),
     _c("info_features_not_object", _edit_info(lambda i: i.update(features=["action"])),
        ("bad_feature", "info_json"), ALL, INFO),

@@ -59,7 +59,7 @@ def test_datasets_from_a_list_file_and_commas(tmp_path, capsys):
     listing.write_text(f"# nightly\n{base / 'alpha'}\n\n{base / 'gamma'}  # second\n")
     out = tmp_path / "out"
     assert run_import([], out, "--datasets", f"@{listing}") == 0
-    assert sorted(p.name for p in out.iterdir()) == ["alpha", "gamma"]
+    assert sorted(p.name for p in out.iterdir()) == ["alpha", "bulk_report.json", "gamma"]
     out2 = tmp_path / "out2"
     assert run_import([], out2, "--datasets", f"{base / 'alpha'},{base / 'beta'}") == 1
     assert json.loads((out2 / "alpha" / "manifest.json").read_text())["status"] == "imported"

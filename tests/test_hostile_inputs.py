@@ -103,6 +103,15 @@ def test_hostile_dataset(case: HostileCase, tmp_path):
     out = tmp_path / "out"
     before = tree_state(root)
     started = time.monotonic()
+    if case.kind == "refused":
+        with pytest.raises(SystemExit) as raised:
+            _run_bounded(root, out, case.extra_args)
+        message = str(raised.value)
+        assert message.startswith(f"error: [{case.expect.rules[0]}] ") and "\n" not in message, message
+        assert all(word in message for word in case.expect.words), message
+        assert not out.exists() and tree_state(root) == before
+        _OUTCOMES[case.name] = (1, [case.expect.rules[0]], ["(refused before writing)"], time.monotonic() - started)
+        return
     status = _run_bounded(root, out, case.extra_args)
     seconds = time.monotonic() - started
     assert tree_state(root) == before, "the import wrote inside the dataset"

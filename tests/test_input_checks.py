@@ -152,15 +152,8 @@ def test_unknown_url_scheme(tmp_path):
 
 # ---- the same checks, end to end: one dataset-level failure, "0 episodes files" ------------------
 
-@pytest.mark.parametrize("layout", ["v21", "folder_of_datasets", "missing_root"])
-def test_import_reports_the_real_cause(tmp_path, layout, capsys):
-    if layout == "v21":
-        root, rule, words = write_v21_layout(tmp_path / "v21"), "codebase_version", ["v2.1", CONVERTER]
-    elif layout == "folder_of_datasets":
-        shutil.copytree(SAMPLE, tmp_path / "repo" / "so101")
-        root, rule, words = tmp_path / "repo", "info_json", ["not a LeRobot dataset", "so101/"]
-    else:
-        root, rule, words = tmp_path / "nope", "dataset_root", ["does not exist"]
+def test_import_reports_the_real_cause(tmp_path, capsys):
+    root, rule, words = write_v21_layout(tmp_path / "v21"), "codebase_version", ["v2.1", CONVERTER]
     out = tmp_path / "out"
     assert run_import(root, out) == 1
     errors = read_errors(out)
@@ -170,9 +163,30 @@ def test_import_reports_the_real_cause(tmp_path, layout, capsys):
     assert errors[0]["episodes_file"] is None and errors[0]["dataset"] == f"file://{root}"
     totals = read_manifest(out)["totals"]
     assert (totals["episodes_files"], totals["episodes"], totals["errors"]) == (0, 0, 1)
-    line = next(x for x in capsys.readouterr().out.splitlines() if x.startswith(f"file://{root}:"))
+    lines = capsys.readouterr().out.splitlines()
+    line = next(x for x in lines if x.startswith(f"file://{root}:"))
     assert "failed - 0/0 episodes, 0 frames, 0 episodes files, 1 error ->" in line, line
-    assert not (root / "meta" / "episodes").exists() or layout != "v21"
+    # the cause itself is on the terminal, not only in errors.jsonl
+    assert lines[lines.index(line) + 1:lines.index(line) + 3] == ["  codebase_version: 1 error",
+                                                                  f"    {errors[0]['message']}"]
+    assert not (root / "meta" / "episodes").exists()
+
+
+@pytest.mark.parametrize("layout", ["folder_of_datasets", "missing_root"])
+def test_a_root_that_is_no_dataset_is_refused_before_anything_is_written(tmp_path, layout):
+    if layout == "folder_of_datasets":
+        shutil.copytree(SAMPLE, tmp_path / "repo" / "so101")
+        root, rule, words = tmp_path / "repo", "info_json", ["not a LeRobot dataset", "so101/"]
+    else:
+        root, rule, words = tmp_path / "nope", "dataset_root", ["does not exist"]
+    out = tmp_path / "out"
+    with pytest.raises(SystemExit) as raised:
+        run_import(root, out)
+    message = str(raised.value)
+    assert message.startswith(f"error: [{rule}] ") and "\n" not in message
+    for word in words:
+        assert word in message
+    assert not out.exists()
 
 
 # ---- Hugging Face cache snapshots: every file a symlink into the repository's blobs/ --------------

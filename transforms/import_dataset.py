@@ -27,7 +27,7 @@ from typing import Iterable, Iterator, NamedTuple, Optional, Sequence
 import apache_beam as beam
 
 from transforms import hub, progress, quality, storage
-from transforms.episode import output_state, paths, quirks
+from transforms.episode import journal, output_state, paths, quirks
 from transforms.episode.media_index_table import MediaIndexPlan, damaged_shards, decide_run
 from transforms.episode.outcomes import failed_file
 from transforms.episode.quirks import ClipSpan, WarningRecord
@@ -80,7 +80,7 @@ class ImportLeRobotDatasets(beam.PTransform):
         parts = ((plans.to_parts, mp4s.to_parts)
                  | "ToParts" >> beam.Flatten()
                  | "WriteParts" >> WriteParts(config))
-        files = ((parts, plans.to_files)
+        files = ((parts, plans.to_files, datasets.file_sources)
                  | "ToEpisodesFiles" >> beam.Flatten()
                  | "CommitEpisodesFiles" >> CommitEpisodesFiles(config))
         return ((datasets.reports, plans.reports, mp4s.reports, files)
@@ -99,6 +99,7 @@ class CheckedDatasets(NamedTuple):
     #                            failed before its episodes files were read
     mp4_versions: beam.PCollection  # ((root, MP4), Mp4Version): each MP4 the files to import use
     shard_touches: beam.PCollection  # ((root, media_index shard), ShardTouch): the shards that may change
+    file_sources: beam.PCollection  # ((root, episodes file), FileInputs): the sources of each file to import
 
 
 class CheckDatasets(beam.PTransform):
@@ -127,10 +128,10 @@ class CheckDatasets(beam.PTransform):
 
     def expand(self, roots):
         checked = roots | "Check" >> guarded(_CheckDataset(self._config), "reports", "mp4_versions", "shard_touches",
-                                             main="episodes_files")
+                                             "file_sources", main="episodes_files")
         bugs = checked.bad | "CheckBugs" >> beam.Map(_check_bug)
         return CheckedDatasets(checked.episodes_files, (checked.reports, bugs) | "CheckReports" >> beam.Flatten(),
-                               checked.mp4_versions, checked.shard_touches)
+                               checked.mp4_versions, checked.shard_touches, checked.file_sources)
 
 
 class _CheckDataset(beam.DoFn):
@@ -175,10 +176,13 @@ class _CheckDataset(beam.DoFn):
                 return
         report, leave, media = self._decide(root, previous)
         yield beam.pvalue.TaggedOutput("reports", (root, report))
+        known = {s.episodes_file: s for s in report.file_sources}
         for rel in files:
             if rel not in leave:
                 progress.add(episodes_files=1)
                 yield root, rel
+                if rel in known:  # the commit records the file's manifest entry, sources included, at once
+                    yield beam.pvalue.TaggedOutput("file_sources", ((root, rel), FileInputs(sources=(known[rel],))))
         if media is not None:
             yield from _media_messages(root, media)
 
@@ -198,6 +202,11 @@ class _CheckDataset(beam.DoFn):
                          found.problem)
         previous = found.doc
         if not isinstance(previous, dict) or previous.get("options") != self._config.output_options():
+            previous = None
+        # What an interrupted or killed run committed after its last manifest (its journal) is folded in.
+        records, _ = journal.read_records(self._config.output_of(root), self._config.output_options())
+        previous = journal.fold(previous, records, dataset=root, options=self._config.output_options())
+        if previous is None:
             return None
         if previous.get("dataset") is not None and not storage.same_dataset(str(previous["dataset"]), root):
             return None  # the output names another dataset's files (its clips' URIs): nothing carries over

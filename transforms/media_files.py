@@ -20,7 +20,7 @@ import apache_beam as beam
 import pyarrow as pa
 
 from transforms import progress, quality, storage
-from transforms.episode import quirks
+from transforms.episode import journal, quirks
 from transforms.episode.clips import VideoFile
 from transforms.episode.quirks import ClipSpan
 from transforms.episode.media_index_table import FAILED, IndexRow, ShardOutcome, ShardRows, update_media_index_shard
@@ -30,7 +30,7 @@ from transforms.lerobot import hints
 from transforms.lerobot.info import INDEXED_CODECS
 from transforms.mp4 import arrow as mp4_arrow
 from transforms.messages import (ClipUse, DatasetReport, ImportConfig, MediaIndexRow, Mp4Version, PartInputs,
-                                 PartVideo, ShardTouch, VideoFailure, error_record, internal_record)
+                                 PartVideo, ShardTouch, VideoFailure, error_record, internal_record, load_info)
 from transforms.safety_net import counter, guarded
 
 _LOG = logging.getLogger(__name__)
@@ -52,7 +52,7 @@ class VideoFacts:
 
 
 def read_video_file(root: str, relative: str, *, build_index: bool, declared: Optional[str] = None,
-                    listings: Optional[dict] = None) -> VideoFacts:
+                    listings: Optional[dict] = None, other_cameras: Iterable[str] = ()) -> VideoFacts:
     """Stat an MP4 and, when its declared codec is indexed, read its MediaIndex from the moov.
 
     Args:
@@ -61,6 +61,7 @@ def read_video_file(root: str, relative: str, *, build_index: bool, declared: Op
         build_index: read the moov (the declared codec is one the MediaIndex covers).
         declared: the codec info.json declares for the file's camera (named when the track differs).
         listings: folder listings kept by the caller, to say where a missing file is.
+        other_cameras: the dataset's other camera keys (their folders are never where a missing file is).
     Raises:
         LeRobotImportError: the file is missing (saying where it is, when it is nearby) or unusable.
     """
@@ -70,10 +71,10 @@ def read_video_file(root: str, relative: str, *, build_index: bool, declared: Op
             return VideoFacts(uri, storage.file_size(uri, what="video file", file=relative), None)
         return _read_index(uri, relative, declared)
     except FileNotFoundError:
-        raise _missing(root, relative, uri, listings) from None
+        raise _missing(root, relative, uri, listings, other_cameras) from None
     except LeRobotImportError as ex:
         if ex.rule == "file_missing":
-            raise _missing(root, relative, uri, listings) from None
+            raise _missing(root, relative, uri, listings, other_cameras) from None
         raise
 
 
@@ -90,13 +91,22 @@ def _read_index(uri: str, relative: str, declared: Optional[str]) -> VideoFacts:
     return VideoFacts(uri, result.size, result.index, reads, codec)
 
 
-def _missing(root: str, relative: str, uri: str, listings: Optional[dict]) -> LeRobotImportError:
+def _missing(root: str, relative: str, uri: str, listings: Optional[dict],
+             other_cameras: Iterable[str]) -> LeRobotImportError:
     try:
-        hint = hints.misplaced_hint(root, relative, listings)
+        hint = hints.misplaced_hint(root, relative, listings, other_cameras=frozenset(other_cameras))
     except (OSError, LeRobotImportError):
         hint = ""
     return LeRobotImportError("file_missing", f"video file {relative} does not exist (expected at {uri}){hint}",
                               file=relative)
+
+
+def _cameras(root: str) -> tuple[str, ...]:
+    """The dataset's camera keys (info.json is read once per worker); () when it cannot be read."""
+    try:
+        return tuple(f.name for f in load_info(root).video_features)
+    except LeRobotImportError:
+        return ()
 
 
 class Mp4Facts(NamedTuple):
@@ -174,7 +184,8 @@ class _ReadMp4File(beam.DoFn):
         try:
             if read:
                 facts = read_video_file(root, rel, build_index=build_index, declared=uses[0].codec,
-                                        listings=self._listings)
+                                        listings=self._listings,
+                                        other_cameras={u.camera for u in uses} ^ set(_cameras(root)))
         except LeRobotImportError as ex:
             for part in sorted(first_episode):
                 failure = LeRobotImportError(ex.rule, ex.message, file=ex.file, episode_index=first_episode[part])
@@ -313,13 +324,18 @@ class _WriteShard(beam.DoFn):
         (root, shard), values = element
         rows = [IndexRow(v.uri, v.size, v.version, v.index) for v in values if isinstance(v, MediaIndexRow)]
         touch = next((v for v in values if isinstance(v, ShardTouch)), None)
+        out = self._config.output_of(root)
         try:
-            outcome = update_media_index_shard(self._config.output_of(root), shard, rows,
-                                               touch.keep if touch is not None else None)
+            outcome = update_media_index_shard(out, shard, rows, touch.keep if touch is not None else None)
         except LeRobotImportError as ex:  # a full disk, a read-only output: the shard fails by that rule
             failure = error_record(ex, dataset=root, episodes_file=None)
             yield root, DatasetReport(failures=(failure,), index_files=(ShardOutcome(shard, FAILED),))
             return
         if outcome.action == "written":
             self._written.inc()
+        if outcome.action in ("written", "emptied"):  # recorded at once, as episodes files are
+            journal.record_shard(out, run_id=self._config.run_id, options=self._config.output_options(),
+                                  shard=shard, action=outcome.action,
+                                  record=outcome.record.to_json() if outcome.record else None,
+                                  versions={v.file: v.version for v in values if isinstance(v, MediaIndexRow)})
         yield root, DatasetReport(index_files=(outcome,))

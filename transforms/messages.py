@@ -188,6 +188,7 @@ class FileInputs(_Merged):
     results: tuple[PartResult, ...] = ()
     duplicates: tuple[FailureRecord, ...] = ()
     findings: tuple[Finding, ...] = ()  # what the quality checks found in its parts
+    sources: tuple[EpisodesFileSources, ...] = ()  # what its import is made from (recorded as it commits)
 
 
 @dataclasses.dataclass(frozen=True)

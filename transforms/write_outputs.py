@@ -23,7 +23,7 @@ import apache_beam as beam
 from transforms import progress, quality, storage
 from transforms.episode import output as sink
 from transforms.episode import frames as frames_lib
-from transforms.episode import output_state, paths
+from transforms.episode import journal, output_state, paths
 from transforms.episode.media_index_table import final_media_index, stale_media_index_files
 from transforms.episode.outcomes import PartResult, failed_file
 from transforms.errors import FailureRecord, LeRobotImportError, redact
@@ -283,6 +283,8 @@ class _CommitEpisodesFile(beam.DoFn):
     def process(self, element: tuple[tuple[str, str], Iterable[FileInputs]]) -> Iterator[tuple[str, DatasetReport]]:
         (root, rel), messages = element
         inputs = FileInputs.merge(messages)
+        if not inputs.results and not inputs.duplicates:
+            return  # only its sources: the file failed in planning, and that step reported it
         out = self._config.output_of(root)
         strict = [FailureRecord(root, rel, f.episode_index, f.file, "quality", quality.message(f))
                   for f in inputs.findings if f.severity == quality.ERROR]
@@ -292,6 +294,13 @@ class _CommitEpisodesFile(beam.DoFn):
                              quality.table_bytes(inputs.findings))
         checked = FileQuality(rel, json.dumps(quality.summarize(inputs.findings), sort_keys=True), table)
         progress.add(episodes_files_done=1, episodes_files_failed=int(outcome.status == "failed"))
+        if outcome.status == "imported":  # recorded now, not only in the manifest at the end: a run stopped
+            # before its end keeps this file, and the next run imports only the rest
+            source = inputs.sources[0].to_manifest() if inputs.sources else None
+            entry = {**sink.file_entry(outcome, source, self._config.run_id),
+                     "quality": {"checks": json.loads(checked.checks_json), "table": table}}
+            journal.record_file(out, run_id=self._config.run_id, options=self._config.output_options(),
+                                episodes_file=rel, entry=entry)
         if outcome.status == "failed":
             primary = [f for f in outcome.failures if f.rule != "file_failed"] or list(outcome.failures)
             _LOG.warning("episodes file %s of %s failed: %s", rel, root, primary[0].message)
@@ -359,6 +368,7 @@ class _DatasetWriter(beam.DoFn):
         storage.write_atomic(storage.join(out, paths.ERRORS), redact(rows, shapes=False).encode())
         storage.write_atomic(storage.join(out, paths.MANIFEST),
                              redact(json.dumps(doc, indent=2, sort_keys=True) + "\n", shapes=False).encode())
+        journal.clear(out, journal.read_records(out, {})[1])  # the manifest now holds what they recorded
         self._counters["errors"].inc(doc["totals"]["errors"])
         self._counters["warnings"].inc(doc["totals"]["warnings"])
         self._counters["datasets_imported" if doc["status"] == "imported" else "datasets_failed"].inc()
@@ -437,9 +447,9 @@ def finish_dataset(config: ImportConfig, root: str, report: DatasetReport) -> tu
     failures += record_quality(config, root, doc, report)
     totals = doc["totals"]
     if totals["episodes"] != totals["episodes_written"] + totals["episodes_failed"]:
-        failures.append(FailureRecord(root, None, None, None, "accounting",
-                                      f"episodes read ({totals['episodes']}) != written ({totals['episodes_written']})"
-                                      f" + failed ({totals['episodes_failed']})"))
+        failures.append(LeRobotImportError(
+            "accounting", f"episodes read ({totals['episodes']}) != written ({totals['episodes_written']}) + "
+                          f"failed ({totals['episodes_failed']}), please report it", dataset=root).to_record())
         doc["status"] = "failed"
         totals["errors"] += 1
     return doc, failures

@@ -11,7 +11,7 @@ import dataclasses
 from collections import Counter
 from typing import Any, Optional, Sequence
 
-from transforms.errors import FailureRecord
+from transforms.errors import FailureRecord, LeRobotImportError
 
 
 @dataclasses.dataclass(frozen=True)
@@ -65,13 +65,27 @@ class FileOutcome:
     part_files: tuple[PartFile, ...] = ()
 
 
+def _because(first: Optional[FailureRecord], episode: int) -> str:
+    """Why an episode without an error of its own was not imported: the episode whose error failed its
+    file (its own errors.jsonl row has the cause in full), or the file-level cause."""
+    if first is None:
+        return "because its episodes file failed for a reason that was not recorded (rule accounting)"
+    where = f" in {first.file}" if first.file and first.file != first.episodes_file else ""
+    if first.episode_index is not None and first.episode_index != episode:
+        return (f"because episode {first.episode_index} of the same episodes file failed ([{first.rule}]{where}; "
+                f"its row says why): an episodes file imports all its episodes or none, so fixing episode "
+                f"{first.episode_index} imports this one too")
+    return f"because its episodes file failed: {first.message}"
+
+
 def failed_file(dataset: str, episodes_file: str, episode_indices: Sequence[int],
                 failures: Sequence[FailureRecord]) -> FileOutcome:
     """The outcome of a failed episodes file.
 
     errors.jsonl gets each failure found and, for every other row of the file (a duplicated
-    episode_index counts once per row), a `file_failed` row saying why it was not imported, so
-    episodes read = episodes written + episodes listed.
+    episode_index counts once per row), a `file_failed` row saying why it was not imported (the
+    episode whose error failed the file, or the file-level cause) and naming the episodes file itself,
+    so episodes read = episodes written + episodes listed.
 
     Args:
         dataset: the dataset root URI.
@@ -86,10 +100,9 @@ def failed_file(dataset: str, episodes_file: str, episode_indices: Sequence[int]
     for ep, count in rows.items():
         for k in range(named.get(ep, 0), count):
             occurrence = f" (row {k + 1} of {count} with this episode_index)" if count > 1 else ""
-            rec = FailureRecord(dataset=dataset, episodes_file=episodes_file, episode_index=ep,
-                                file=first.file if first else None, rule="file_failed",
-                                message=f"not imported{occurrence} because its episodes file failed: "
-                                        f"{first.message if first else 'unknown reason'}")
+            rec = LeRobotImportError("file_failed", f"not imported{occurrence} {_because(first, ep)}",
+                                     dataset=dataset, episodes_file=episodes_file, episode_index=ep,
+                                     file=episodes_file).to_record()
             out[rec.sort_key()] = rec
     listed = Counter(f.episode_index for f in out.values() if f.episode_index is not None)
     return FileOutcome(dataset=dataset, episodes_file=episodes_file, status="failed", episodes=len(episode_indices),

@@ -24,7 +24,7 @@ from transforms.episode.outcomes import FileOutcome, PartFile, PartResult, faile
 from transforms.episode.quirks import WarningRecord
 from transforms.lerobot.info import DatasetInfo
 from transforms.lerobot.episodes_files import EpisodeRow
-from transforms.errors import FailureRecord
+from transforms.errors import FailureRecord, LeRobotImportError
 
 TOOL_NAME = "lerobot-beam-import"
 # Row groups of at most this many episodes keep a reader's fetches small.
@@ -134,9 +134,9 @@ def commit_episodes_file(out_root: str, dataset: str, episodes_file: str, result
     episode_indices = tuple(ep for r in results for ep in r.episode_indices)
     failures = [f for r in results for f in r.failures] + list(extra_failures)
     if not failures and [r.part for r in results] != list(range(expected)):
-        failures.append(FailureRecord(dataset=dataset, episodes_file=episodes_file, episode_index=None,
-                                      file=episodes_file, rule="accounting",
-                                      message=f"expected parts 0..{expected - 1}, got {[r.part for r in results]}"))
+        failures.append(LeRobotImportError(
+            "accounting", f"expected parts 0..{expected - 1}, got {[r.part for r in results]}, please report it",
+            dataset=dataset, episodes_file=episodes_file, file=episodes_file).to_record())
     if failures:
         discard_episodes_file(out_root, episodes_file, results)
         return failed_file(dataset, episodes_file, episode_indices, failures)
@@ -160,7 +160,8 @@ def errors_jsonl(failures: Iterable[FailureRecord]) -> bytes:
     return "".join(json.dumps(f.to_json_dict(), sort_keys=True) + "\n" for f in rows).encode()
 
 
-def _file_entry(o: FileOutcome, source: Optional[Mapping], run_id: str) -> dict:
+def file_entry(o: FileOutcome, source: Optional[Mapping], run_id: str) -> dict:
+    """An episodes file's manifest entry: its outcome, the sources it was made from, the run that wrote it."""
     return {
         "status": o.status, "run_id": run_id, **(source or {}), "parts": list(o.parts), "episodes": o.episodes,
         "episodes_written": o.episodes_written, "episodes_failed": o.episodes_failed,
@@ -220,7 +221,7 @@ def manifest(dataset: str, info_sha256: Optional[str], outcomes: Sequence[FileOu
         "run_id": run_id,
         "options": options,
         "status": "imported" if totals["errors"] == 0 else "failed",
-        "episodes_files": {o.episodes_file: _file_entry(o, (file_sources or {}).get(o.episodes_file), run_id)
+        "episodes_files": {o.episodes_file: file_entry(o, (file_sources or {}).get(o.episodes_file), run_id)
                            for o in sorted(outcomes, key=lambda o: o.episodes_file)},
         "media_index": list(media_index_files),
         "totals": totals,

@@ -79,6 +79,15 @@ def check_root(root: str) -> str:
     return uri
 
 
+def check_is_dataset(root: str) -> str:
+    """The root as a normalised URI if it exists, is a folder and holds meta/info.json (not read here);
+    raises LeRobotImportError rule `dataset_root` or `info_json` (saying where datasets are) otherwise."""
+    uri = check_root(root)
+    if not storage.exists(storage.dataset_file(uri, INFO_PATH)):
+        raise _not_a_dataset(uri)
+    return uri
+
+
 def read_info(root: str, *, repo_id: Optional[str] = None) -> DatasetInfo:
     """meta/info.json of the dataset at `root` (a normalised URI), read (at most INFO_JSON_MAX_BYTES) and
     parsed. A missing info.json says the folder is not a LeRobot dataset and where datasets are."""

@@ -2,12 +2,16 @@
 
 Published datasets often hold their files under a folder with another name than the path template
 says (`video/` where `video_path` says `videos/`, a camera folder renamed). When a file is missing,
-its name is looked for under the siblings of each folder on its path, one folder at a time.
+its name is looked for under the siblings of each folder on its path, one folder at a time. A sibling
+that is another camera's folder, or another chunk folder, is never one: every camera has a
+`chunk-000/file-000.mp4` and every chunk a `file-000.mp4`, so a file of the same name there is another
+file, and renaming a folder after it would break the camera or chunk that owns it.
 """
 
 from __future__ import annotations
 
-from typing import Optional
+import re
+from typing import Collection, Optional
 
 from transforms import storage
 
@@ -15,15 +19,20 @@ from transforms import storage
 MAX_SIBLINGS = 32
 
 
-def misplaced_file(root: str, relative: str, listings: Optional[dict] = None) -> Optional[str]:
+_CHUNK = re.compile(r"chunk-\d+")
+
+
+def misplaced_file(root: str, relative: str, listings: Optional[dict] = None, *,
+                   other_cameras: Collection[str] = ()) -> Optional[str]:
     """The path (relative to `root`) where a missing file's name exists when one folder on its templated
-    path is replaced by a sibling folder, or None.
+    path is replaced by a sibling folder of the same role, or None.
 
     Args:
         root: the dataset root URI.
         relative: the file the template names, relative to the root (e.g. `videos/cam/chunk-000/file-000.mp4`).
         listings: folder URI -> its sub-folders, kept by the caller to list each folder once over many
             missing files (a dataset whose MP4s are all misplaced).
+        other_cameras: the dataset's other camera keys: their folders hold other cameras' files.
     """
     listings = {} if listings is None else listings
     parts = relative.split("/")
@@ -31,7 +40,8 @@ def misplaced_file(root: str, relative: str, listings: Optional[dict] = None) ->
         parent = storage.join(root, "/".join(parts[:depth])) if depth else root
         if parent not in listings:
             listings[parent] = tuple(storage.list_dir(parent, dirs=True))
-        siblings = [s for s in listings[parent] if s != parts[depth]]
+        siblings = [s for s in listings[parent] if s != parts[depth] and not _other_owner(parts[depth], s,
+                                                                                          other_cameras)]
         for sibling in siblings[:MAX_SIBLINGS]:
             candidate = "/".join(parts[:depth] + [sibling] + parts[depth + 1:])
             try:
@@ -42,9 +52,15 @@ def misplaced_file(root: str, relative: str, listings: Optional[dict] = None) ->
     return None
 
 
-def misplaced_hint(root: str, relative: str, listings: Optional[dict] = None) -> str:
+def _other_owner(want: str, sibling: str, other_cameras: Collection[str]) -> bool:
+    """Whether `sibling` is a folder whose files belong to another camera or another chunk than `want`'s."""
+    return sibling in other_cameras or bool(_CHUNK.fullmatch(want) and _CHUNK.fullmatch(sibling))
+
+
+def misplaced_hint(root: str, relative: str, listings: Optional[dict] = None, *,
+                   other_cameras: Collection[str] = ()) -> str:
     """A clause naming where a missing file is (to append to its `file_missing` message), or ""."""
-    found = misplaced_file(root, relative, listings)
+    found = misplaced_file(root, relative, listings, other_cameras=other_cameras)
     if found is None:
         return ""
     want, have = _first_difference(relative, found)

@@ -1,0 +1,79 @@
+"""What a failed import prints on the terminal: its findings grouped by rule, bounded to a screen.
+
+errors.jsonl keeps every row; the terminal gets, per rule, how many rows and episodes files it has,
+the first message in full (it names the file, the episode, the cause and the next step) and the files
+concerned, so the cause is seen without opening the file. Rows that only say an episode was not
+imported because another episode of its file failed (`file_failed`) are counted in one line.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Iterable, Optional
+
+#: Rules shown per dataset; the rest are named in one line.
+MAX_RULES = 5
+#: Files named per rule.
+MAX_FILES = 3
+#: A message longer than this is cut on the terminal (errors.jsonl has it whole).
+MAX_MESSAGE_CHARS = 1200
+#: Failed datasets whose findings a bulk run prints; the others get their summary line only.
+MAX_DATASETS = 3
+
+
+def parse_errors(raw: Optional[bytes]) -> list[dict]:
+    """errors.jsonl rows (objects), skipping lines that do not parse."""
+    rows = []
+    for line in (raw or b"").decode("utf-8", "replace").splitlines():
+        try:
+            row = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(row, dict) and isinstance(row.get("rule"), str):
+            rows.append(row)
+    return rows
+
+
+def findings_lines(rows: Iterable[dict], errors_uri: str, *, indent: str = "  ") -> list[str]:
+    """The terminal lines of a failed dataset's findings.
+
+    Args:
+        rows: its errors.jsonl rows, in the file's order.
+        errors_uri: where errors.jsonl is (named in the last line).
+        indent: prefix of every line.
+    """
+    rows = list(rows)
+    by_rule: dict[str, list[dict]] = {}
+    for row in rows:
+        by_rule.setdefault(row["rule"], []).append(row)
+    consequences = by_rule.pop("file_failed", [])
+    ordered = sorted(by_rule.items(), key=lambda kv: (-len(kv[1]), kv[0]))
+    lines = []
+    for rule, found in ordered[:MAX_RULES]:
+        files_of = sorted({r.get("episodes_file") for r in found if r.get("episodes_file")})
+        where = f" in {_count(len(files_of), 'episodes file')}" if files_of else ""
+        lines.append(f"{indent}{rule}: {_count(len(found), 'error')}{where}")
+        lines.append(f"{indent}  {_cut(str(found[0].get('message', '')))}")
+        named = list(dict.fromkeys(str(r["file"]) for r in found if r.get("file")))
+        if named and (len(named) > 1 or named[0] not in lines[-1]):
+            more = f" (+{len(named) - MAX_FILES} more)" if len(named) > MAX_FILES else ""
+            lines.append(f"{indent}  files: {', '.join(named[:MAX_FILES])}{more}")
+    if len(ordered) > MAX_RULES:
+        rest = ordered[MAX_RULES:]
+        lines.append(f"{indent}... and {_count(sum(len(f) for _, f in rest), 'error')} of "
+                     f"{len(rest)} more rules ({', '.join(r for r, _ in rest)})")
+    if consequences:
+        lines.append(f"{indent}file_failed: {_count(len(consequences), 'more episode')} not imported only because "
+                     "another episode of their episodes file failed")
+    lines.append(f"{indent}every row: {errors_uri} ({_count(len(rows), 'row')})")
+    return lines
+
+
+def _cut(text: str) -> str:
+    if len(text) <= MAX_MESSAGE_CHARS:
+        return text
+    return f"{text[:MAX_MESSAGE_CHARS]}… (cut here, the whole message is in errors.jsonl)"
+
+
+def _count(n: int, noun: str) -> str:
+    return f"{n} {noun}{'' if n == 1 else 's'}"
