@@ -107,11 +107,15 @@ def test_meta_folder_as_root_names_the_dataset(tmp_path):
     assert f"is a folder inside the dataset file://{root}: import that one (--dataset {root})" in message
 
 
-def test_v21_dataset_names_the_converter(tmp_path):
+def test_v21_dataset_is_read_as_it_is(tmp_path):
+    """A v2.1 dataset is imported as it is (`tests/test_v2_import.py`): its episodes are planned in groups,
+    one per chunk folder; without meta/episodes.jsonl it is not laid out as v2.1, and the check says so."""
     root = write_v21_layout(tmp_path / "v21")
+    checked = check_dataset(str(root))
+    assert checked.info.codebase_version == "v2.1" and checked.episodes_files == ("meta/episodes.jsonl:chunk-000",)
+    (root / "meta" / "episodes.jsonl").unlink()
     message = _raises(root, "codebase_version")
-    assert "the dataset is LeRobot v2.1" in message and "meta/episodes.jsonl" in message
-    assert f"`{CONVERTER} --repo-id=<repo id>`" in message and "import the converted copy" in message
+    assert "not laid out as LeRobot v2.1" in message and "it has no meta/episodes.jsonl" in message
 
 
 def test_v30_info_over_v21_files_says_so(tmp_path):
@@ -153,7 +157,9 @@ def test_unknown_url_scheme(tmp_path):
 # ---- the same checks, end to end: one dataset-level failure, "0 episodes files" ------------------
 
 def test_import_reports_the_real_cause(tmp_path, capsys):
-    root, rule, words = write_v21_layout(tmp_path / "v21"), "codebase_version", ["v2.1", CONVERTER]
+    root = write_v21_layout(tmp_path / "v21")
+    (root / "meta" / "episodes.jsonl").unlink()
+    rule, words = "codebase_version", ["v2.1", "no meta/episodes.jsonl"]
     out = tmp_path / "out"
     assert run_import(root, out) == 1
     errors = read_errors(out)
@@ -244,9 +250,13 @@ def test_hf_cache_snapshot_link_outside_blobs_is_refused(tmp_path):
 
 def test_hf_cache_v21_names_its_repo_id(tmp_path):
     v21 = write_v21_layout(tmp_path / "v21")
+    info = json.loads((v21 / "meta" / "info.json").read_text())
+    (v21 / "meta" / "info.json").write_text(json.dumps({**info, "codebase_version": "v3.0",
+                                                        "data_path": "data/{chunk_index}/{file_index}.parquet",
+                                                        "video_path": "videos/{video_key}/{file_index}.mp4"}))
     root = write_hf_cache_snapshot(tmp_path / "hub", v21, repo_id="someone/old_pusht")
     assert hf_repo_id(f"file://{root}") == "someone/old_pusht"
-    assert f"`{CONVERTER} --repo-id=someone/old_pusht`" in _raises(root, "codebase_version")
+    assert f"`{CONVERTER} --repo-id=someone/old_pusht`" in _raises(root, "episodes_file")
 
 
 # ---- episodes files under a symlinked chunk folder ------------------------------------------------

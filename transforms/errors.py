@@ -126,7 +126,7 @@ install_log_redaction()
 #: rule id -> what it means; the id is what errors.jsonl's `rule` holds.
 RULES: dict[str, str] = {
     "info_json": "meta/info.json is missing or is not a JSON object",
-    "codebase_version": "codebase_version must be v3.x (v3.0)",
+    "codebase_version": "codebase_version must be v2.0, v2.1 or v3.0, and the dataset laid out as that version is",
     "missing_data_path": "info.json has no data_path",
     "missing_video_path": "info.json declares video features but no video_path",
     "path_template": "a path template is malformed or leaves the dataset root",
@@ -152,6 +152,7 @@ RULES: dict[str, str] = {
     "duplicate_episode": "an episode_index appears more than once in the dataset's episodes files",
     "timestamps": "an episode's timestamps are NaN or go backwards, or a clip ends before it starts",
     "language": "a language annotation breaks a rule of the language columns",
+    "v2_layout": "a v2.x episode's data file does not hold the frames meta/episodes.jsonl lists for it",
     "file_failed": "the episode itself is fine, but its episodes file failed for another episode's error",
     "internal": "the importer met an unexpected error (a bug): the element failed, the run went on",
     "accounting": "episodes read do not equal episodes written plus episodes failed",

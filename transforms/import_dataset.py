@@ -34,7 +34,7 @@ from transforms.episode.quirks import ClipSpan, WarningRecord
 from transforms.errors import LeRobotImportError
 from transforms.lerobot import episodes_files as episodes_metadata
 from transforms.lerobot import fingerprint as dataset_fingerprint
-from transforms.lerobot import data_files, sources
+from transforms.lerobot import data_files, sources, v2
 from transforms.lerobot.dataset import check_dataset, list_episodes_files
 from transforms.lerobot.info import EPISODES_DIR, DatasetInfo
 from transforms.media_files import ReadMp4Facts
@@ -386,6 +386,8 @@ class _PlanEpisodesFile(beam.DoFn):
 
     def _plan(self, root: str, rel: str) -> tuple | DatasetReport:
         """(info, rows, parts) of an episodes file, or the report of its failure (every episode accounted)."""
+        if v2.is_group(rel):
+            return self._plan_v2_group(root, rel)
         source = None
         try:
             source = episodes_metadata.open_episodes_file(root, rel)
@@ -404,6 +406,25 @@ class _PlanEpisodesFile(beam.DoFn):
             if source is not None and not isinstance(source, bytes):
                 source.close()
 
+
+    def _plan_v2_group(self, root: str, rel: str) -> tuple | DatasetReport:
+        """A group of a v2.x dataset's episodes (its lines of meta/episodes.jsonl), planned as an episodes
+        file is. Each episode is its own data file's rows, so its bytes are the file's size (from one listing
+        of the chunk's data folder), and no footer is read to size the parts."""
+        info = None
+        try:
+            info = load_info(root, skip_videos=self._config.skip_videos)
+            rows = v2.group_rows(v2.load_episodes(root), info, rel)
+            for f, size in v2.listed_sizes(root, rows).items():
+                self._sizes.setdefault((root, f), size)
+            parts = episodes_metadata.plan_parts(rows, lambda f: self._data_file_size(root, f), lambda f: None,
+                                                 limit=self._config.data_span_limit,
+                                                 one_part=self._config.one_part, file=rel)
+            return info, rows, parts
+        except LeRobotImportError as ex:
+            episodes = v2.group_episode_indices(root, info, rel)
+            return DatasetReport(outcomes=(failed_file(root, rel, episodes,
+                                                       [error_record(ex, dataset=root, episodes_file=rel)]),))
 
 def _plan_messages(root: str, rel: str, info: DatasetInfo, rows: Sequence[episodes_metadata.EpisodeRow],
                    parts: Sequence[episodes_metadata.PartPlan]) -> Iterator:

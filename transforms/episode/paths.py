@@ -2,6 +2,7 @@
 
     OUT/episodes/<path under meta/episodes/>                 one Parquet file per episodes file
     OUT/episodes/<stem>.part-NNNN.parquet                     or its ordered parts (read in parts)
+    OUT/episodes/chunk-NNN.parquet                            v2.x: one per group (chunk) of episodes
     OUT/media_index/<MP4 folder>.parquet                      one row per MP4 of that dataset folder:
                                                               uri, size, version, MediaIndex
     OUT/quality/<path under meta/episodes/>                  the quality checks' findings of an episodes file
@@ -28,6 +29,7 @@ import posixpath
 from typing import Optional
 
 from transforms import storage
+from transforms.lerobot import v2
 
 #: Episode parts, mirroring the dataset's `meta/episodes/` tree.
 EPISODES_DIR = "episodes"
@@ -49,9 +51,13 @@ _INPUT_EPISODES_DIR = "meta/episodes"
 
 
 def output_part_path(episodes_file: str, part: int, num_parts: int) -> str:
-    """`episodes/<path under meta/episodes/>`, with `.part-NNNN` when the file is read in several parts."""
+    """`episodes/<path under meta/episodes/>`, with `.part-NNNN` when the file is read in several parts.
+    A group of a v2.x dataset's episodes (`meta/episodes.jsonl:chunk-003`) writes `episodes/chunk-003.parquet`."""
     prefix = _INPUT_EPISODES_DIR + "/"
-    rel = episodes_file[len(prefix):] if episodes_file.startswith(prefix) else episodes_file
+    if v2.is_group(episodes_file):
+        rel = v2.group_output_stem(episodes_file) + ".parquet"
+    else:
+        rel = episodes_file[len(prefix):] if episodes_file.startswith(prefix) else episodes_file
     if num_parts > 1:
         stem = rel[: -len(".parquet")] if rel.endswith(".parquet") else rel
         rel = f"{stem}.part-{part:04d}.parquet"

@@ -43,6 +43,16 @@ class IndexLayout:
                 f"data file's {self.first_index}..{last}", episode_index=episode_index, file=file)
         return from_index - self.first_index, to_index - self.first_index
 
+    def whole_file_rows(self, row: EpisodeRow, *, file: str) -> tuple[int, int]:
+        """Every row of a v2.x episode's own data file, which must hold exactly the episode's `length` frames."""
+        if self.num_rows != row.length:
+            raise LeRobotImportError(
+                "v2_layout", f"episode {row.episode_index}'s data file holds {self.num_rows} frames, but "
+                f"meta/episodes.jsonl gives it length {row.length}; a v2.x data file holds its episode's frames "
+                "and no others: fix the episode's `length` line or its data file", episode_index=row.episode_index,
+                file=file)
+        return 0, self.num_rows
+
 
 def index_layout(index: pa.Array | pa.ChunkedArray, *, file: str) -> IndexLayout:
     """Check that a data file's `index` column is consecutive and say where it starts."""
@@ -221,8 +231,9 @@ class DataFileReader:
         planned = []
         for key, row in sorted(episodes, key=lambda kr: kr[1].from_index):
             try:
-                first, end = self._layout.rows_of(row.from_index, row.to_index, episode_index=row.episode_index,
-                                                  file=self.relative)
+                first, end = (self._layout.whole_file_rows(row, file=self.relative) if row.whole_file else
+                              self._layout.rows_of(row.from_index, row.to_index, episode_index=row.episode_index,
+                                                   file=self.relative))
             except LeRobotImportError as ex:
                 yield SliceBatch(self.relative, None, (EpisodeSlice(key, row, error=ex),))
                 continue

@@ -1,7 +1,8 @@
 """Is this folder a LeRobot v3 dataset? The checks a person makes, in the order they make them.
 
     the root exists and is a folder -> it holds meta/info.json -> info.json parses -> its codebase
-    version is v3.0 -> it lists its episodes in meta/episodes/<chunk>/<file>.parquet
+    version is v3.0 -> it lists its episodes in meta/episodes/<chunk>/<file>.parquet (v2.0 / v2.1:
+    in meta/episodes.jsonl, planned in groups of a chunk's episodes, `transforms.lerobot.v2`)
 
 Each check that fails says what was found instead and the next step: the sub-folders that are
 datasets when the root is a repository holding one, the dataset a `meta/` folder belongs to, LeRobot's
@@ -18,6 +19,7 @@ from typing import Optional
 
 from transforms import storage
 from transforms.errors import LeRobotImportError
+from transforms.lerobot import v2
 from transforms.lerobot.info import CONVERTER, EPISODES_DIR, INFO_JSON_MAX_BYTES, INFO_PATH, DatasetInfo, parse_info
 
 #: Sub-folders looked into (per level, two levels deep) for datasets when the root is not one.
@@ -54,10 +56,26 @@ def check_dataset(root: str, *, skip_videos: bool = False) -> CheckedDataset:
         `episodes_file`, the first check that fails."""
     uri = check_root(root)
     info = read_info(uri)
-    files = list_episodes_files(uri)
+    files = v2_groups(uri, info) if info.is_v2 else list_episodes_files(uri)
     if not files:
         raise _no_episodes_files(uri)
     return CheckedDataset(uri, info.without_videos() if skip_videos else info, files)
+
+
+def v2_groups(root: str, info: DatasetInfo) -> tuple[str, ...]:
+    """The groups of a v2.x dataset's episodes (`meta/episodes.jsonl:chunk-NNN`, planned as episodes files
+    are), once its layout is v2.x: rule `codebase_version` when meta/episodes.jsonl is missing."""
+    try:
+        episodes = v2.load_episodes(root)
+    except LeRobotImportError as ex:
+        if ex.rule != "file_missing":
+            raise
+        names = {v2.EPISODES_JSONL: False, EPISODES_DIR: storage.is_dir(storage.join(root, EPISODES_DIR))}
+        raise LeRobotImportError("codebase_version", f"the dataset is not laid out as LeRobot {info.codebase_version}: "
+                                 f"{v2.layout_problem(root, names)}", file=v2.EPISODES_JSONL) from None
+    if not len(episodes):
+        raise LeRobotImportError("episodes_file", f"{v2.EPISODES_JSONL} lists no episodes", file=v2.EPISODES_JSONL)
+    return tuple(episodes.groups(info.chunks_size))
 
 
 def check_root(root: str) -> str:
@@ -212,8 +230,9 @@ def _no_episodes_files(root: str) -> LeRobotImportError:
     where = f"{EPISODES_DIR}/<chunk>/<file>.parquet"
     if storage.exists(storage.join(root, "meta/episodes.jsonl")):
         message = (f"the dataset has no episodes files ({where}) but has meta/episodes.jsonl, the v2.x layout, "
-                   "although its info.json says v3.0: convert it with LeRobot's converter, "
-                   f"`{CONVERTER.format(repo_id=hf_repo_id(root) or '<repo id>')}`")
+                   "although its info.json says v3.0: if its files are v2.1, set codebase_version to \"v2.1\" "
+                   "(with v2.x's data_path and video_path) to import it as it is, or convert it with LeRobot's "
+                   f"converter, `{CONVERTER.format(repo_id=hf_repo_id(root) or '<repo id>')}`")
     else:
         loose = [n for n in storage.list_dir(storage.join(root, EPISODES_DIR)) if n.endswith(".parquet")]
         message = f"the dataset has no episodes files: its episodes are listed in {where}"

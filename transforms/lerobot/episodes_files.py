@@ -59,6 +59,9 @@ class EpisodeRow:
     from_index: int
     to_index: int
     videos: tuple[VideoSlice, ...]
+    #: v2.x: the data file holds this episode's frames and nothing else (its rows, whatever its `index`
+    #: values; from_index..to_index is then where the episode lies in the dataset's frame order)
+    whole_file: bool = False
 
 
 @dataclasses.dataclass(frozen=True)

@@ -38,6 +38,15 @@ MAX_DIM = 2**31 - 1
 MAX_FEATURE_VALUES = 1 << 24
 #: The versions LeRobot's converter turns into v3.0, and how to call it.
 CONVERTER = "python -m lerobot.datasets.v30.convert_dataset_v21_to_v30 --repo-id={repo_id}"
+#: The codebase versions read: v3.0, and LeRobot's v2.x layout (one data file and one MP4 per episode,
+#: episodes listed in meta/episodes.jsonl), read as it is (`transforms.lerobot.v2`).
+V2_VERSIONS = ("v2.0", "v2.1")
+READ_VERSIONS = V2_VERSIONS + ("v3.0",)
+#: v2.x path templates place files by episode; v3.0 templates by chunk and file.
+V2_DATA_PLACEHOLDERS = ("episode_chunk", "episode_index")
+V2_VIDEO_PLACEHOLDERS = ("episode_chunk", "video_key", "episode_index")
+#: LeRobot's `chunks_size` when info.json has none: episodes per chunk folder in v2.x.
+DEFAULT_CHUNKS_SIZE = 1000
 
 
 @dataclasses.dataclass(frozen=True)
@@ -174,6 +183,12 @@ class DatasetInfo:
     data_path: PathTemplate
     video_path: Optional[PathTemplate]
     sha256: str
+    chunks_size: int = DEFAULT_CHUNKS_SIZE  # v2.x: episodes per chunk folder (`episode_chunk`)
+
+    @property
+    def is_v2(self) -> bool:
+        """A v2.x dataset: one data file and one MP4 per episode, listed in meta/episodes.jsonl."""
+        return self.codebase_version in V2_VERSIONS
 
     @property
     def frame_features(self) -> tuple[Feature, ...]:
@@ -211,22 +226,56 @@ def parse_info(raw: bytes, *, repo_id: Optional[str] = None) -> DatasetInfo:
         The validated DatasetInfo. Raises LeRobotImportError naming the rule broken."""
     doc = _json_object(raw)
     version = check_codebase_version(doc.get("codebase_version"), repo_id=repo_id)
+    v2 = version in V2_VERSIONS
     features = _parse_features(doc.get("features"))
     if "data_path" not in doc or doc["data_path"] is None:
         raise LeRobotImportError("missing_data_path", "info.json has no `data_path`", file=INFO_PATH)
-    data_path = PathTemplate("data_path", doc["data_path"], ("chunk_index", "file_index"))
+    if v2:
+        _check_v2_templates(doc, version)
+    data_path = PathTemplate("data_path", doc["data_path"],
+                             V2_DATA_PLACEHOLDERS if v2 else ("chunk_index", "file_index"))
     video_path = None
     if any(f.kind == "video" for f in features):
         if not doc.get("video_path"):
             names = ", ".join(f.name for f in features if f.kind == "video")
             raise LeRobotImportError("missing_video_path", f"info.json declares video features ({names}) but no "
                                      "`video_path`", file=INFO_PATH)
-        video_path = PathTemplate("video_path", doc["video_path"], ("video_key", "chunk_index", "file_index"))
+        video_path = PathTemplate("video_path", doc["video_path"],
+                                  V2_VIDEO_PLACEHOLDERS if v2 else ("video_key", "chunk_index", "file_index"))
     fps = doc.get("fps")
     fps = float(fps) if isinstance(fps, (int, float)) and not isinstance(fps, bool) else None
-    return DatasetInfo(codebase_version=version, fps=fps if fps is not None and math.isfinite(fps) else None,
-                       features=features, data_path=data_path, video_path=video_path,
-                       sha256=hashlib.sha256(raw).hexdigest())
+    fps = fps if fps is not None and math.isfinite(fps) else None
+    chunks_size = _chunks_size(doc.get("chunks_size")) if v2 else DEFAULT_CHUNKS_SIZE
+    if v2 and video_path is not None and (fps is None or fps <= 0):
+        # a v2.x clip ends at length / fps: without a frame rate it has no end
+        raise LeRobotImportError("info_json", f"info.json has no positive `fps` ({quote(doc.get('fps'), 40)}); a "
+                                 f"{version} dataset's clips end at length / fps, so its videos need one",
+                                 file=INFO_PATH)
+    return DatasetInfo(codebase_version=version, fps=fps, features=features, data_path=data_path,
+                       video_path=video_path, sha256=hashlib.sha256(raw).hexdigest(), chunks_size=chunks_size)
+
+
+def _check_v2_templates(doc: dict, version: str) -> None:
+    """A v2.x info.json whose templates place files by chunk and file (v3.0's `{chunk_index}` and
+    `{file_index}`) describes v3.0 files: the version is what is wrong, not the template."""
+    for key in ("data_path", "video_path"):
+        template = doc.get(key)
+        if isinstance(template, str) and ("{chunk_index" in template or "{file_index" in template):
+            raise LeRobotImportError("codebase_version", f"info.json says {version}, but its `{key}` "
+                                     f"{quote(shorten(template, 200))} places files by `chunk_index` and "
+                                     "`file_index`, as v3.0 does (v2.x places them by `episode_chunk` and "
+                                     "`episode_index`): if the files are v3.0, set codebase_version to \"v3.0\"",
+                                     file=INFO_PATH)
+
+
+def _chunks_size(value: Any) -> int:
+    """v2.x `chunks_size` (episodes per chunk folder), LeRobot's 1000 when absent."""
+    if value is None:
+        return DEFAULT_CHUNKS_SIZE
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_DIM:
+        raise LeRobotImportError("info_json", f"info.json `chunks_size` is {quote(value, 40)}; it is the number of "
+                                 "episodes per chunk folder, a positive integer (LeRobot writes 1000)", file=INFO_PATH)
+    return value
 
 
 def _json_object(raw: bytes) -> dict:
@@ -260,25 +309,17 @@ def _json_object(raw: bytes) -> dict:
 
 
 def check_codebase_version(version: Any, *, repo_id: Optional[str] = None) -> str:
-    """The dataset's `codebase_version`, if it is the v3.0 this importer reads; otherwise the error says
-    which version the dataset is and how to get a v3.0 copy of it."""
-    if version == "v3.0":
+    """The dataset's `codebase_version`, if it is one this importer reads (v2.0, v2.1, v3.0); otherwise the
+    error says which version the dataset is and how to get a v3.0 copy of it."""
+    if version in READ_VERSIONS:
         return version
     if version is None:
         raise LeRobotImportError("codebase_version", "meta/info.json has no `codebase_version`; LeRobot writes it "
                                  "in every dataset (\"v3.0\" for the datasets this importer reads): is this a "
                                  "LeRobot dataset's info.json?", file=INFO_PATH)
     shown = shorten(version, 40) if isinstance(version, str) else quote(version, 40)
-    if isinstance(version, str) and version.startswith("v2."):
-        command = CONVERTER.format(repo_id=repo_id or "<repo id>")
-        first = (" (a v2.0 dataset needs LeRobot's v2.0 to v2.1 conversion first)" if version.startswith("v2.0")
-                 else "")
-        raise LeRobotImportError("codebase_version", f"the dataset is LeRobot {shown} (codebase_version in "
-                                 "meta/info.json: one Parquet file and one MP4 per episode, episodes listed in "
-                                 "meta/episodes.jsonl); this importer reads v3.0 only. Convert it with LeRobot's "
-                                 f"converter, `{command}`{first}, and import the converted copy", file=INFO_PATH)
-    raise LeRobotImportError("codebase_version", f"the dataset is codebase version {shown}; only v3.0 is read "
-                             "(convert older datasets with LeRobot's converters)", file=INFO_PATH)
+    raise LeRobotImportError("codebase_version", f"the dataset is codebase version {shown}; v2.0, v2.1 and v3.0 are "
+                             "read (convert older datasets with LeRobot's converters)", file=INFO_PATH)
 
 
 def _parse_features(raw: Any) -> tuple[Feature, ...]:

@@ -27,6 +27,7 @@ import fsspec
 
 from transforms import storage
 from transforms.errors import LeRobotImportError
+from transforms.lerobot import v2
 from transforms.lerobot.episodes_files import EpisodeRow, read_episodes_file
 from transforms.lerobot.fingerprint import SOURCE_DIRS, VERSION_KEYS
 from transforms.lerobot.info import EPISODES_DIR, INFO_JSON_MAX_BYTES, INFO_PATH, DatasetInfo, parse_info
@@ -262,6 +263,8 @@ def scan_dataset(root: str, options: Mapping[str, Any], *, previous_manifest: Op
     root = storage.normalize_root(root)
     listing = listing or list_sources(root)
     info, used_info, info_problem = load_info(root, skip_videos=bool(options.get("skip_videos")))
+    if info is not None and info.is_v2:
+        return DatasetSources(root, listing, info, info_problem, _v2_groups(root, listing, info, used_info, options))
     recorded = (previous_manifest or {}).get("episodes_files") or {}
     out: dict[str, EpisodesFileSources] = {}
     to_read: list[tuple[str, str]] = []
@@ -278,6 +281,30 @@ def scan_dataset(root: str, options: Mapping[str, Any], *, previous_manifest: Op
     for rel, basis, rows in _read_episodes_files(root, info, to_read):
         out[rel] = _sources_from_rows(listing, rel, basis, rows)
     return DatasetSources(root, listing, info, info_problem, tuple(out[rel] for rel in sorted(out)))
+
+
+def _v2_groups(root: str, listing: SourceListing, info: DatasetInfo, used_info: Optional[str],
+               options: Mapping[str, Any]) -> tuple[EpisodesFileSources, ...]:
+    """The sources of each group of a v2.x dataset's episodes. The basis of a group is its own lines of
+    meta/episodes.jsonl (not the file's version: appending episodes rewrites the file but changes only the
+    last chunk's lines), so one edited episode re-imports its chunk alone."""
+    try:
+        episodes = v2.load_episodes(root)
+    except LeRobotImportError:
+        return ()  # the import fails the dataset as a whole and says why
+    out = []
+    for name, positions in episodes.groups(info.chunks_size).items():
+        lines = [f"options\t{json.dumps(dict(options), sort_keys=True)}", f"info\t{used_info or 'missing'}",
+                 f"group\t{name}\t{v2.group_digest(episodes, positions)}"]
+        basis = _sha256(lines)
+        try:
+            rows = v2.group_rows(episodes, info, name, positions)
+        except LeRobotImportError as ex:
+            out.append(episodes_file_sources(listing, name, basis, (), (), problem=str(ex)))
+            continue
+        data, videos = references(rows)
+        out.append(episodes_file_sources(listing, name, basis, data, videos, rows=rows))
+    return tuple(sorted(out, key=lambda f: f.episodes_file))
 
 
 def _sources_from_rows(listing: SourceListing, rel: str, basis: str,

@@ -1,4 +1,4 @@
-"""meta/tasks.parquet: the task string of each task_index. Pure: no Beam.
+"""meta/tasks.parquet (v2.x: meta/tasks.jsonl): the task string of each task_index. Pure: no Beam.
 
 LeRobot names task_index `k` by row `k` of the file (`tasks.iloc[k]`), and its writer stores the task
 string as the pandas index column (named in the file's pandas metadata, normally `task`).
@@ -11,9 +11,38 @@ from typing import Mapping, Optional, Sequence
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.parquet as pq
+
+from transforms import storage
+from transforms.errors import LeRobotImportError
+from transforms.lerobot import v2
 
 #: Where a dataset keeps its tasks.
 TASKS_PATH = "meta/tasks.parquet"
+
+
+def read_tasks(root: str) -> dict[int, str]:
+    """task_index -> task of a dataset: meta/tasks.parquet (v3.0: row k is task_index k) or, when the dataset
+    has none, meta/tasks.jsonl (v2.x: each line names its task_index).
+
+    Raises:
+        LeRobotImportError: neither file can be read (the tasks.parquet error when tasks.jsonl is absent too).
+        KeyError, ValueError, pyarrow.ArrowException: a file that is not a tasks file.
+    """
+    try:
+        raw = storage.read_bytes(storage.dataset_file(root, TASKS_PATH), what="tasks file", file=TASKS_PATH)
+    except LeRobotImportError as ex:
+        if ex.rule != "file_missing":
+            raise
+        try:
+            raw = storage.read_bytes(storage.dataset_file(root, v2.TASKS_JSONL), what="tasks file",
+                                     file=v2.TASKS_JSONL, max_bytes=v2.MAX_TASKS_JSONL_BYTES)
+        except LeRobotImportError as jsonl:
+            if jsonl.rule == "file_missing":
+                raise ex from None
+            raise
+        return v2.parse_tasks_jsonl(raw)
+    return dict(enumerate(tasks_in_row_order(pq.read_table(pa.BufferReader(raw)))))
 
 
 def tasks_in_row_order(table: pa.Table) -> list[str]:

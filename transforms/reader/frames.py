@@ -53,7 +53,7 @@ import pyarrow as pa
 
 from transforms import storage
 from transforms.errors import LeRobotImportError
-from transforms.lerobot.tasks import TASKS_PATH, frame_tasks, tasks_in_row_order
+from transforms.lerobot.tasks import TASKS_PATH, frame_tasks, read_tasks
 from transforms.episode import spql_types
 from transforms.reader.episode import Episode, camera_handle, field_values
 from transforms.reader.gop_cache import GopCache
@@ -382,8 +382,7 @@ class ImportedFrames(_Dataset):
         if self.delta_timestamps is not None:
             self._check_windows()
         self.recipe = self._load_recipe(recipe)
-        self._task_names: Optional[list[str]] = None
-        self._task_map: Optional[dict[int, str]] = None
+        self._task_names: Optional[dict[int, str]] = None
         self._task_error: Optional[str] = None
         self._gop_ids: dict[str, np.ndarray] = {}
 
@@ -637,14 +636,17 @@ class ImportedFrames(_Dataset):
 
     # -- tasks and language ---------------------------------------------------------------------
 
-    def _tasks(self) -> Optional[list[str]]:
-        """The dataset's tasks in row order (LeRobot names task_index `k` by row `k`); None when
-        meta/tasks.parquet cannot be read (then an episode's only task names its frames)."""
+    def _tasks(self) -> Optional[dict[int, str]]:
+        """The dataset's task_index -> task, as LeRobot names them (v3.0: row `k` of meta/tasks.parquet;
+        v2.x: meta/tasks.jsonl); None when they cannot be read (then an episode's only task names its frames)."""
         if self._task_names is None and self._task_error is None:
-            import pyarrow.parquet as pq
             try:
-                table = pq.read_table(pa.BufferReader(self._dataset_file(TASKS_PATH, "tasks file")))
-                self._task_names = tasks_in_row_order(table)
+                if not self.dataset_root:
+                    self._dataset_file(TASKS_PATH, "tasks file")  # says the import names no dataset
+                self._task_names = read_tasks(self.dataset_root)
+            except LeRobotImportError as ex:
+                self._task_error = f"cannot read {ex.file or TASKS_PATH} of the dataset {self.dataset_root}: " \
+                    f"{ex.message}"
             except (FramesError, KeyError, ValueError, pa.ArrowException) as ex:
                 self._task_error = str(ex)
         return self._task_names
@@ -652,7 +654,7 @@ class ImportedFrames(_Dataset):
     def _frame_tasks(self, prep: _Prepared) -> list[Optional[str]]:
         if prep.tasks is None:
             names = self._tasks()
-            prep.tasks = frame_tasks(prep.values.get("task_index"), dict(enumerate(names or ())),
+            prep.tasks = frame_tasks(prep.values.get("task_index"), names or {},
                                      prep.episode.tasks, prep.length)
         return prep.tasks
 
@@ -662,15 +664,14 @@ class ImportedFrames(_Dataset):
         if prep.tasks is not None:
             task = prep.tasks[pos]
         else:
-            if self._task_map is None:
-                self._task_map = dict(enumerate(self._tasks() or ()))
+            names = self._tasks() or {}
             index = prep.values.get("task_index")
-            fallback = index is None or not self._task_map  # only then is the episode's own list needed
-            task = frame_tasks(None if index is None else index[pos:pos + 1], self._task_map,
+            fallback = index is None or not names  # only then is the episode's own list needed
+            task = frame_tasks(None if index is None else index[pos:pos + 1], names,
                                prep.episode.tasks if fallback else (), 1)[0]
         if task is None:
-            why = (f"meta/tasks.parquet cannot be read ({self._task_error}) and the episode has tasks "
-                   f"{prep.episode.tasks}") if self._task_error else "meta/tasks.parquet has no such row"
+            why = (f"the dataset's tasks cannot be read ({self._task_error}) and the episode has tasks "
+                   f"{prep.episode.tasks}") if self._task_error else "the dataset's tasks have no such task_index"
             raise FramesError(f"{where}: no task for task_index "
                               f"{prep.values['task_index'][pos] if 'task_index' in prep.values else '(none)'}: {why}")
         return task

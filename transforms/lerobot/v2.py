@@ -1,0 +1,295 @@
+"""LeRobot v2.0 / v2.1 datasets, read as they are: no conversion to v3.0 first.
+
+A v2.x dataset lists its episodes in `meta/episodes.jsonl` (one JSON object per line: `episode_index`,
+`tasks`, `length`), its tasks in `meta/tasks.jsonl`, and keeps one data file and one MP4 per camera per
+episode, placed by `data_path` / `video_path` with `episode_chunk` (episode_index // chunks_size) and
+`episode_index`. This module turns that into the same `EpisodeRow`s a v3.0 episodes file gives, so
+everything after planning (typing, clips, MediaIndex, writing, the manifest, the reader) is the v3.0 path:
+
+* the episodes are planned in **groups**, one per chunk folder (`meta/episodes.jsonl:chunk-000`: the
+  episodes with episode_index // chunks_size == 0, 1,000 by default), which act as the v3.0 episodes
+  files do: each is planned, written, committed, listed in the manifest and re-imported on its own. A
+  chunk is LeRobot's own unit of a v2.x dataset: its data files and MP4s share folders (so its MP4s
+  share a media_index/ shard), and appending episodes touches only the last chunk;
+* an episode's frames are its data file's rows, all of them (`EpisodeRow.whole_file`): the file must
+  hold `length` frames (rule `v2_layout`), its `index` consecutive; `from_index`..`to_index` is where
+  the episode lies in the dataset's frame order, the running sum of the lengths before it in
+  episodes.jsonl (LeRobot v2.x locates an episode's frames so, and its v3.0 converter writes the same
+  `dataset_from_index`);
+* each camera's clip is the whole of the episode's own MP4 from 0 to `length / fps`. LeRobot's v2.1 ->
+  v3.0 converter sets `to_timestamp = from_timestamp + ` the MP4 stream's duration (PyAV's
+  `stream.duration * time_base`); its v2.x writer encodes one sample of 1 / fps per frame, so that
+  duration is `length / fps` for every MP4 it writes (checked on the corpus), and no LeRobot reader
+  locates frames by `to_timestamp` (frames are looked up at from_timestamp + timestamp). Taking
+  `length / fps` keeps the clip known at planning, so each MP4 is still read once (its moov, by the MP4
+  step) and never before.
+
+Pure: no Beam; reads go through `storage`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import hashlib
+import json
+import posixpath
+from typing import Any, Mapping, Optional, Sequence
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.json as pa_json
+
+from transforms import storage
+from transforms.errors import LeRobotImportError, quote, shorten
+from transforms.lerobot.episodes_files import EpisodeRow, VideoSlice, check_order
+from transforms.lerobot.fingerprint import VERSION_KEYS
+from transforms.lerobot.info import DatasetInfo
+
+EPISODES_JSONL = "meta/episodes.jsonl"
+TASKS_JSONL = "meta/tasks.jsonl"
+#: A group of a v2.x dataset's episodes is named `meta/episodes.jsonl:chunk-NNN` wherever an episodes
+#: file is named (errors.jsonl, the manifest, messages).
+GROUP_PREFIX = EPISODES_JSONL + ":"
+#: episodes.jsonl is read whole: a line takes about 100 bytes, so this is over a million episodes.
+MAX_EPISODES_JSONL_BYTES = 256 * 1024 * 1024
+#: tasks.jsonl is read whole by the reader.
+MAX_TASKS_JSONL_BYTES = 64 * 1024 * 1024
+
+_SCHEMA = pa.schema([("episode_index", pa.int64()), ("tasks", pa.list_(pa.utf8())), ("length", pa.int64())])
+
+
+def is_group(episodes_file: str) -> bool:
+    """Does an episodes-file name stand for a group of a v2.x dataset's episodes?"""
+    return episodes_file.startswith(GROUP_PREFIX)
+
+
+def group_name(chunk: int) -> str:
+    return f"{GROUP_PREFIX}chunk-{chunk:03d}"
+
+
+def group_output_stem(episodes_file: str) -> str:
+    """`chunk-000` for `meta/episodes.jsonl:chunk-000`: the name of the group's output part."""
+    return episodes_file[len(GROUP_PREFIX):]
+
+
+@dataclasses.dataclass(frozen=True)
+class V2Episodes:
+    """meta/episodes.jsonl, validated line by line, in the file's order."""
+
+    episode_index: np.ndarray  # int64 per line
+    length: np.ndarray  # int64 per line
+    tasks: tuple[tuple[str, ...], ...]
+    start: np.ndarray  # int64 per line: the frames of the episodes before it (the running sum of lengths)
+
+    def __len__(self) -> int:
+        return len(self.episode_index)
+
+    def groups(self, chunks_size: int) -> dict[str, np.ndarray]:
+        """Group name -> the lines (positions) of its episodes, in file order; names sorted by chunk."""
+        chunk = self.episode_index // chunks_size
+        order = np.argsort(chunk, kind="stable")
+        values, first = np.unique(chunk[order], return_index=True)
+        bounds = list(first[1:]) + [len(order)]
+        return {group_name(int(c)): order[lo:hi] for c, lo, hi in zip(values, first, bounds)}
+
+
+def parse_episodes_jsonl(raw: bytes) -> V2Episodes:
+    """Validate episodes.jsonl: each non-blank line a JSON object with an integer `episode_index` >= 0, a
+    list of strings `tasks` and an integer `length` >= 0 (other keys are LeRobot's or the author's and
+    are not read). The first bad line is named.
+
+    Raises:
+        LeRobotImportError: rule `episodes_file`, naming the line and what is wrong with it.
+    """
+    table = _fast_parse(raw)
+    if table is None:
+        table = _slow_parse(raw)
+    index = table.column("episode_index").to_numpy().astype(np.int64)
+    length = table.column("length").to_numpy().astype(np.int64)
+    tasks = tuple(tuple(t) for t in table.column("tasks").to_pylist())
+    start = np.concatenate([[0], np.cumsum(length)[:-1]]).astype(np.int64) if len(length) else length
+    return V2Episodes(index, length, tasks, start)
+
+
+def _fast_parse(raw: bytes) -> Optional[pa.Table]:
+    """Arrow's JSON reader, when every line is as LeRobot writes it; None sends the file to the line-by-line
+    parse that names what is wrong."""
+    if not raw.strip():
+        return pa.table({n: pa.array([], t) for n, t in zip(_SCHEMA.names, _SCHEMA.types)})
+    try:
+        table = pa_json.read_json(pa.BufferReader(raw), parse_options=pa_json.ParseOptions(
+            explicit_schema=_SCHEMA, unexpected_field_behavior="ignore", newlines_in_values=False))
+        table = table.select(_SCHEMA.names).combine_chunks()
+    except (pa.ArrowException, ValueError, KeyError):
+        return None
+    if any(c.null_count for c in table.columns) or table.column("tasks").combine_chunks().values.null_count:
+        return None
+    if (pa.compute.min(table.column("episode_index")).as_py() or 0) < 0 or \
+            (pa.compute.min(table.column("length")).as_py() or 0) < 0:
+        return None
+    return table
+
+
+def _slow_parse(raw: bytes) -> pa.Table:
+    index, length, tasks = [], [], []
+    for number, line in enumerate(raw.split(b"\n"), 1):
+        if not line.strip():
+            continue
+        try:
+            doc = json.loads(line)
+        except (UnicodeDecodeError, json.JSONDecodeError, RecursionError, ValueError) as ex:
+            raise _line_error(number, f"is not JSON ({shorten(str(ex), 120)})") from None
+        if not isinstance(doc, dict):
+            raise _line_error(number, "is not a JSON object")
+        for key in ("episode_index", "length"):
+            value = doc.get(key)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 0 or value >= 2 ** 62:
+                raise _line_error(number, f"has `{key}` {quote(value, 40)}; it must be an integer >= 0")
+        value = doc.get("tasks")
+        if not isinstance(value, list) or not all(isinstance(t, str) for t in value):
+            raise _line_error(number, f"has `tasks` {quote(value, 80)}; it must be a list of task strings")
+        index.append(doc["episode_index"])
+        length.append(doc["length"])
+        tasks.append(value)
+    return pa.table({"episode_index": pa.array(index, pa.int64()), "tasks": pa.array(tasks, pa.list_(pa.utf8())),
+                     "length": pa.array(length, pa.int64())})
+
+
+def _line_error(number: int, what: str) -> LeRobotImportError:
+    return LeRobotImportError("episodes_file", f"line {number} of {EPISODES_JSONL} {what}; LeRobot writes one "
+                              "object per line: {\"episode_index\": ..., \"tasks\": [...], \"length\": ...}",
+                              file=EPISODES_JSONL)
+
+
+def _token(root: str, rel: str) -> str:
+    """What changes when the file is rewritten (size and storage version), "" when it cannot be told."""
+    fs, path = storage.filesystem(storage.join(root, rel))
+    try:
+        detail = storage.with_retries(lambda: fs.info(path))
+    except OSError:
+        return ""
+    version = next((f"{k}={detail[k]}" for k in VERSION_KEYS + ("created",) if detail.get(k) is not None), "")
+    return f"{detail.get('size')}:{version}" if version else ""
+
+
+@functools.lru_cache(maxsize=8)
+def _load(root: str, token: str) -> V2Episodes:
+    raw = storage.read_bytes(storage.dataset_file(root, EPISODES_JSONL), what="episodes file",
+                             file=EPISODES_JSONL, max_bytes=MAX_EPISODES_JSONL_BYTES)
+    return parse_episodes_jsonl(raw)
+
+
+def load_episodes(root: str) -> V2Episodes:
+    """meta/episodes.jsonl of a v2.x dataset, read and parsed once per worker while the file is unchanged
+    (every group of the dataset planned by a worker takes its lines from the one parse)."""
+    token = _token(root, EPISODES_JSONL)
+    if not token:
+        return _load.__wrapped__(root, token)
+    return _load(root, token)
+
+
+def group_rows(episodes: V2Episodes, info: DatasetInfo, name: str,
+               positions: Optional[np.ndarray] = None) -> list[EpisodeRow]:
+    """The EpisodeRows of one group, as a v3.0 episodes file's rows: positions 0.. in episodes.jsonl order.
+
+    Raises:
+        LeRobotImportError: a path that cannot be rendered, or the group's episodes out of order
+            (`episode_order`) or listed twice (`duplicate_episode`), naming the group.
+    """
+    if positions is None:
+        positions = episodes.groups(info.chunks_size).get(name, np.array([], np.int64))
+    videos = info.video_features
+    fps = info.fps
+    rows = []
+    for at, line in enumerate(positions.tolist()):
+        ep, length, start = int(episodes.episode_index[line]), int(episodes.length[line]), int(episodes.start[line])
+        chunk = ep // info.chunks_size
+        try:
+            data_file = info.data_path.render(episode_chunk=chunk, episode_index=ep)
+            slices = tuple(VideoSlice(f.name, info.video_path.render(episode_chunk=chunk, video_key=f.name,
+                                                                     episode_index=ep), 0.0, length / fps)
+                           for f in videos)
+        except LeRobotImportError as ex:
+            raise ex.with_context(episode_index=ep, file=EPISODES_JSONL)
+        rows.append(EpisodeRow(position=at, episode_index=ep, tasks=episodes.tasks[line], length=length,
+                               data_file=data_file, from_index=start, to_index=start + length, videos=slices,
+                               whole_file=True))
+    check_order(rows, file=name)
+    return rows
+
+
+def group_episode_indices(root: str, info: Optional[DatasetInfo], name: str) -> tuple[int, ...]:
+    """The episode_index values of a group that failed, so its episodes are accounted for; () when
+    episodes.jsonl itself cannot be read."""
+    try:
+        episodes = load_episodes(root)
+        size = info.chunks_size if info is not None else 1000
+        return tuple(int(episodes.episode_index[p]) for p in episodes.groups(size).get(name, ()))
+    except (LeRobotImportError, OSError):
+        return ()
+
+
+def group_digest(episodes: V2Episodes, positions: np.ndarray) -> str:
+    """The digest of a group's lines (what its output is made from in episodes.jsonl): its episodes, their
+    tasks and lengths, and where they start in the dataset's frame order."""
+    h = hashlib.sha256()
+    for array in (episodes.episode_index[positions], episodes.length[positions], episodes.start[positions]):
+        h.update(np.ascontiguousarray(array, np.int64).tobytes())
+    h.update(json.dumps([episodes.tasks[p] for p in positions.tolist()]).encode())
+    return h.hexdigest()
+
+
+def listed_sizes(root: str, rows: Sequence[EpisodeRow]) -> dict[str, int]:
+    """The sizes of the rows' data files from one listing per folder (a chunk's 1,000 data files cost one
+    request, not 1,000); files the listing does not show are left out (asked one by one, which names
+    a missing one as any missing data file is named)."""
+    folders = sorted({posixpath.dirname(r.data_file) for r in rows})
+    fs, base = storage.filesystem(root)
+    base = base.rstrip("/")
+    sizes: dict[str, int] = {}
+    for folder in folders:
+        try:
+            entries = storage.with_retries(lambda: fs.ls(f"{base}/{folder}" if folder else base, detail=True))
+        except (FileNotFoundError, NotADirectoryError):
+            continue
+        for entry in entries:
+            if entry.get("type") == "file" and entry.get("size") is not None:
+                name = posixpath.basename(str(entry["name"]).rstrip("/"))
+                sizes[f"{folder}/{name}" if folder else name] = int(entry["size"])
+    return sizes
+
+
+def parse_tasks_jsonl(raw: bytes) -> dict[int, str]:
+    """meta/tasks.jsonl: task_index -> task (LeRobot v2.x keys its tasks by `task_index`).
+
+    Raises:
+        ValueError: a line that is not `{"task_index": int, "task": str}`, naming it.
+    """
+    tasks: dict[int, str] = {}
+    for number, line in enumerate(raw.split(b"\n"), 1):
+        if not line.strip():
+            continue
+        try:
+            doc: Any = json.loads(line)
+        except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as ex:
+            raise ValueError(f"line {number} of {TASKS_JSONL} is not JSON ({shorten(str(ex), 120)})") from None
+        index = doc.get("task_index") if isinstance(doc, dict) else None
+        task = doc.get("task") if isinstance(doc, dict) else None
+        if isinstance(index, bool) or not isinstance(index, int) or not isinstance(task, str):
+            raise ValueError(f"line {number} of {TASKS_JSONL} is not {{\"task_index\": int, \"task\": str}}")
+        tasks[index] = task
+    return tasks
+
+
+def layout_problem(root: str, names: Mapping[str, bool]) -> Optional[str]:
+    """Why a dataset whose info.json says v2.x is not laid out as v2.x, or None. `names` says which of
+    meta/episodes.jsonl and meta/episodes/ exist."""
+    if names.get(EPISODES_JSONL):
+        return None
+    if names.get("meta/episodes"):
+        return ("its info.json says v2.x, but it has no meta/episodes.jsonl and has meta/episodes/, the v3.0 "
+                "layout: set codebase_version to \"v3.0\" in meta/info.json (with v3.0's data_path and "
+                "video_path) if the files are v3.0")
+    return (f"its info.json says v2.x, but it has no {EPISODES_JSONL}, where a v2.x dataset lists its episodes "
+            "(one JSON object per line): is the dataset complete?")
