@@ -27,7 +27,7 @@ from transforms import storage
 from transforms.episode import output_state
 from transforms.episode.media_index_table import decide_run
 from transforms.errors import LeRobotImportError
-from transforms.lerobot import sources
+from transforms.lerobot import sources, v2
 from transforms.lerobot.data_files import read_row_group_layout
 from transforms.lerobot.episodes_files import DATA_SPAN_LIMIT, RowGroupLayout, plan_parts, read_episodes_file
 from transforms.lerobot.info import DatasetInfo
@@ -163,7 +163,7 @@ def plan_dataset(root: str, out: str, options: dict[str, Any], *, force: bool = 
     data_files = {d for f in files if f.action == sources.IMPORT and f.sources for d in f.sources.data_files}
     ratio, ratio_source = _output_ratio(previous)
     problem = scanned.info_problem
-    if problem is None and not scanned.listing.episodes_files():
+    if problem is None and not scanned.files:
         problem = "the dataset has no meta/episodes/*/*.parquet files"
     return DatasetPlan(dataset=root, output=out, options=options, files=files, mp4s_to_read=mp4s,
                        data_bytes_to_read=sum(scanned.listing.size(d) for d in data_files), output_ratio=ratio,
@@ -197,7 +197,9 @@ def _file_plan(scanned: sources.DatasetSources, decision: sources.EpisodesFileDe
         try:
             rows = src.rows if src.rows is not None else _read_rows(scanned.root, scanned.info, src.episodes_file)
             plans = plan_parts(rows, lambda f: _listed_size(scanned.listing, f),
-                               lambda f: _layout(scanned, f, layouts), limit=int(options["data_span_limit"]),
+                               # a v2.x episode is its whole data file: sized by the file, as the import does
+                               (lambda f: None) if v2.is_group(src.episodes_file) else
+                               (lambda f: _layout(scanned, f, layouts)), limit=int(options["data_span_limit"]),
                                one_part=bool(options["one_part"]), file=src.episodes_file)
             episodes, parts, data_bytes = len(rows), len(plans), sum(p.data_bytes for p in plans)
         except LeRobotImportError as ex:
@@ -207,6 +209,8 @@ def _file_plan(scanned: sources.DatasetSources, decision: sources.EpisodesFileDe
 
 
 def _read_rows(root: str, info: DatasetInfo, rel: str):
+    if v2.is_group(rel):
+        return v2.group_rows(v2.load_episodes(root), info, rel)
     return read_episodes_file(root, rel, info)
 
 

@@ -202,6 +202,9 @@ class DatasetSources:
         """Why the dataset cannot be read as a dataset at all (its root moved or gone, no episodes file
         listed), else None. An import fails such a dataset whole and removes none of its output, so
         its episodes files are not "gone"."""
+        if self.info is not None and self.info.is_v2:
+            return None if self.files else (self.info_problem or f"its {v2.EPISODES_JSONL} cannot be read or lists "
+                                            "no episodes")
         if self.listing.episodes_files():
             return None
         return self.info_problem or "it lists no meta/episodes/*/*.parquet file"
