@@ -291,3 +291,19 @@ def test_imported_frames_equal_lerobot_items(pair, name, run):
     total = json.loads((lerobot_dataset(name) / "meta" / "info.json").read_text())["total_frames"]
     assert len(ds) == total == len(info["items"])
     assert _compare(ds, info, run, runs[run]) == total
+
+
+def test_quality_checks_read_the_v2_files(pair, tmp_path):
+    """The data-quality checks run on a v2.x dataset as on v3.0: clean as its v3.0 original, and the tasks
+    check names episodes whose tasks disagree with tasks.jsonl."""
+    from transforms.quality.dataset import check_dataset_quality
+    root = Path(shutil.copytree(pair("so101_av1")[0], tmp_path / "ds"))
+    clean = check_dataset_quality(str(root))
+    assert (clean.findings, clean.problems, clean.episodes_files, clean.episodes, clean.frames) == ((), (), 1, 4, 46)
+    lines = (root / "meta" / "tasks.jsonl").read_text().splitlines()
+    tasks = [json.loads(line) for line in lines]
+    swapped = [{"task_index": t["task_index"], "task": tasks[1 - t["task_index"]]["task"]} for t in tasks]
+    (root / "meta" / "tasks.jsonl").write_text("".join(json.dumps(t) + "\n" for t in swapped))
+    found = check_dataset_quality(str(root)).findings
+    # episode 2 lists both tasks (it switches at frame 7), so swapping their names still agrees with it
+    assert {f.check for f in found} == {"episode_tasks"} and {f.episode_index for f in found} == {0, 1, 3}

@@ -15,6 +15,7 @@ from transforms import storage
 from transforms.lerobot.episodes_files import EpisodeRow
 from transforms.lerobot.info import DatasetInfo
 from transforms.lerobot.tasks import TASKS_PATH, tasks_in_row_order
+from transforms.lerobot.tasks import read_tasks as read_dataset_tasks
 from transforms.errors import LeRobotImportError
 from transforms.quality import dataset_checks
 from transforms.quality.episode_checks import EpisodeContext, FeaturePlan, check_episode
@@ -70,5 +71,13 @@ def read_tasks(root: str) -> Optional[list[str]]:
     try:
         raw = storage.read_bytes(storage.dataset_file(root, TASKS_PATH), what="tasks file", file=TASKS_PATH)
         return tasks_in_row_order(pq.read_table(io.BytesIO(raw)))
+    except LeRobotImportError as ex:
+        if ex.rule != "file_missing":
+            return None
+    except (OSError, KeyError, ValueError, pa.ArrowException):
+        return None
+    try:  # a v2.x dataset: meta/tasks.jsonl, each line naming its task_index (0.. as LeRobot writes them)
+        by_index = read_dataset_tasks(root)
     except (LeRobotImportError, OSError, KeyError, ValueError, pa.ArrowException):
         return None
+    return [by_index[i] for i in range(len(by_index))] if set(by_index) == set(range(len(by_index))) else None
