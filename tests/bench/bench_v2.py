@@ -2,6 +2,7 @@
 
     python tests/bench/bench_v2.py [--episodes 2000] [--frames 150] [--cameras 2] [--gop 2] [--rounds 2]
                                    [--samples-per-mp4 10000] [--workdir DIR]
+    python tests/bench/bench_v2.py --plan-episodes 100000     planning alone, from episodes.jsonl
 
 The v3.0 dataset is generated (`synth_dataset.make_dataset`: real encoded h264, every episode starting on
 a keyframe, `--samples-per-mp4` samples per MP4, one data file per 100 MB, episodes files of 50 episodes),
@@ -50,6 +51,31 @@ def _import(root: Path, out: Path) -> tuple[float, dict]:
     return elapsed, counters
 
 
+def plan_scale(episodes: int, work: Path) -> None:
+    """Planning a v2.1 dataset of `episodes` episodes from its metadata alone (info.json and episodes.jsonl,
+    two cameras, 150 frames each): the parse, the grouping, and every group's rows as the plan step makes
+    them (a worker makes only its own groups' rows; the check step digests them all once)."""
+    from transforms.lerobot import v2
+    from transforms.lerobot.info import parse_info
+    info = json.loads((REPO / "tests" / "data" / "so101_av1" / "meta" / "info.json").read_text())
+    info.update(codebase_version="v2.1", data_path="data/chunk-{episode_chunk:03d}/episode_{episode_index:06d}.parquet",
+                video_path="videos/chunk-{episode_chunk:03d}/{video_key}/episode_{episode_index:06d}.mp4")
+    raw = "".join(json.dumps({"episode_index": i, "tasks": ["pick the cube"], "length": 150}) + "\n"
+                  for i in range(episodes)).encode()
+    parsed_info = parse_info(json.dumps(info).encode())
+    t0 = time.perf_counter()
+    parsed = v2.parse_episodes_jsonl(raw)
+    t1 = time.perf_counter()
+    groups = parsed.groups(parsed_info.chunks_size)
+    rows = sum(len(v2.group_rows(parsed, parsed_info, name, positions)) for name, positions in groups.items())
+    t2 = time.perf_counter()
+    digests = [v2.group_digest(parsed, positions) for positions in groups.values()]
+    t3 = time.perf_counter()
+    print(f"plan scale: {episodes:,} episodes, episodes.jsonl {len(raw):,} B -> {len(groups)} groups; parse "
+          f"{t1 - t0:.2f} s, rows of every group {t2 - t1:.2f} s ({rows:,} rows, "
+          f"{(t2 - t1) / max(len(groups), 1) * 1000:.0f} ms per group), digests {t3 - t2:.2f} s ({len(digests)})")
+
+
 def _size(paths) -> int:
     return sum(p.stat().st_size for p in paths)
 
@@ -63,8 +89,12 @@ def main() -> None:
     ap.add_argument("--samples-per-mp4", type=int, default=10000)
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--workdir")
+    ap.add_argument("--plan-episodes", type=int, help="only time planning a v2.1 dataset of this many episodes")
     args = ap.parse_args()
     work = Path(args.workdir or tempfile.mkdtemp(prefix="bench-v2-"))
+    if args.plan_episodes:
+        plan_scale(args.plan_episodes, work)
+        return
     t0 = time.perf_counter()
     v30, v21 = make_v21_dataset(work, episodes=args.episodes, frames=args.frames, cameras=args.cameras,
                                 gop=args.gop, samples_per_mp4=args.samples_per_mp4)
