@@ -78,6 +78,7 @@ def _hub(work: Path, hostile: dict, *, pad_mib: int = 0, deadline: float = 0.0, 
         hub.READ_DEADLINE_S = deadline
     hub.BACKOFF_S = 0.01
     with HubStandIn(tree_page_size=page_size) as standin, standin.configure(token="hf_bench_token_0123456789"):
+        standin.add_token("hf_bench_token_0123456789")
         standin.add_dataset("bench/hostile", root)
         standin.hostile.update(hostile)
         result = _import("hf://datasets/bench/hostile", work / "out")
