@@ -395,10 +395,12 @@ class PendingRunner(PipelineRunner):
         return _PendingResult()
 
 
-def test_launcher_returns_while_the_job_is_still_running():
+def test_launcher_returns_while_the_job_is_still_running(tmp_path):
     PendingRunner.submitted.clear()
     started = time.monotonic()
-    code = load_launcher().main(["--dataset=gs://lerobot-test/ds", "--output=gs://lerobot-test/out",
+    # The output is checked before the job is submitted (its own state must be safe to write): a local one
+    # here, since no storage answers for gs:// in tests.
+    code = load_launcher().main(["--dataset=gs://lerobot-test/ds", f"--output={tmp_path / 'out'}",
                                  "--skip_videos=true", f"--runner={__name__}.PendingRunner"])
     assert code == 0
     assert time.monotonic() - started < 30

@@ -82,7 +82,8 @@ def test_check_skips_a_dataset_whose_last_import_is_up_to_date(tmp_path):
     out.mkdir()
     config = ImportConfig(targets=((root, _uri(out)),))
     (out / "manifest.json").write_text(json.dumps({
-        "status": "imported", "options": config.output_options(), "source": fingerprint.fingerprint(root).to_json()}))
+        "status": "imported", "episodes_files": {}, "options": config.output_options(),
+        "source": fingerprint.fingerprint(root).to_json()}))
     with _pipeline() as p:
         checked = p | beam.Create([root]) | CheckDatasets(config)
         assert_that(checked.reports, equal_to([]), label="reports")
