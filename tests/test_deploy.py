@@ -50,6 +50,8 @@ GOOD = {
     "read_in_parts": {"true": True, "false": False},
     "inline_index": {"true": True, "false": False},
     "skip_videos": {"true": True, "false": False},
+    "strict": {"all": "all", "timestamp_grid": "timestamp_grid",
+               "timestamp_grid,video_samples": "timestamp_grid,video_samples"},
     "data_span_limit": {"67108864": 67108864, "1": 1, "1099511627776": 1099511627776},
 }
 BAD = {
@@ -63,6 +65,7 @@ BAD = {
     "read_in_parts": ["", "TRUE", "0", "y"],
     "inline_index": ["", "False", "no"],
     "skip_videos": ["", "t", "f"],
+    "strict": ["", "ALL", "timestamp_grid,", ",all", "timestamp_grid, video_samples", "a;b"],
     "data_span_limit": ["", "0", "-1", "64MiB", "1e6", "01", " 5", "1.5"],
 }
 

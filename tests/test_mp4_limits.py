@@ -36,7 +36,7 @@ def _read(path: Path, **kw):
     return read_media_index(LOCAL, str(path), **kw)
 
 
-def _fails(fn, rule: str, *words: str, peak_mb: float = 64, seconds: float = 2.0) -> LeRobotImportError:
+def _fails(fn, rule: str, *words: str, peak_mb: float = 64, seconds: float = 6.0) -> LeRobotImportError:
     """`fn()` raises `rule` with `words` in its message, within `seconds` and `peak_mb` of allocations."""
     tracemalloc.start()
     started = time.perf_counter()

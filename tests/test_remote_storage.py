@@ -142,7 +142,9 @@ def test_bucket_to_bucket_import_matches_local(store: Store, layout: str, local_
     # The local run's lease lock file is run bookkeeping (object stores need none): not an output.
     local = {str(p.relative_to(local_dir)): p.read_bytes() for p in sorted(local_dir.rglob("*"))
              if p.is_file() and not p.name.startswith(".lease.json")}
-    expected_files = {"episodes/chunk-000/file-000.parquet", "errors.jsonl", "manifest.json"}
+    # quality/: the data-quality table of the episodes file and the dataset's (empty: the sample is clean)
+    expected_files = {"episodes/chunk-000/file-000.parquet", "errors.jsonl", "manifest.json",
+                      "quality/chunk-000/file-000.parquet", "quality/dataset.parquet"}
     if layout == "default":
         expected_files |= SHARDS
     assert set(local) == expected_files

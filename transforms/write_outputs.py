@@ -284,7 +284,9 @@ class _CommitEpisodesFile(beam.DoFn):
         (root, rel), messages = element
         inputs = FileInputs.merge(messages)
         if not inputs.results and not inputs.duplicates:
-            return  # only its sources: the file failed in planning, and that step reported it
+            # only its sources: the file failed in planning, and that step reported it (a bare `return`
+            # with a comment on its line reads to Beam as returning a value from a generator)
+            return
         out = self._config.output_of(root)
         strict = [FailureRecord(root, rel, f.episode_index, f.file, "quality", quality.message(f))
                   for f in inputs.findings if f.severity == quality.ERROR]
