@@ -420,3 +420,21 @@ def test_hub_listing_gives_each_file_its_git_object_id(so101):
                if p.is_file()}
     assert set(listing.files) == on_disk
     assert all(f.version.startswith("blob_id=") and len(f.version) == 48 for f in listing.files.values())
+
+
+def test_hub_v21_dataset_imports_as_local(tmp_path):
+    """A v2.1 dataset on the Hub (one data file and one MP4 per episode) imports as its local copy does,
+    at the pinned commit; its clips name each episode's MP4 at that commit."""
+    from tests.v21_repack import repack_v21
+    root = repack_v21(SO101, tmp_path / "v21")
+    assert run_import(root, tmp_path / "local") == 0
+    with HubStandIn() as standin, standin.configure():
+        sha = standin.add_dataset("test/so101_v21", root)
+        assert run_import("hf://datasets/test/so101_v21", tmp_path / "hub") == 0
+    local = pq.read_table(tmp_path / "local" / "episodes" / "chunk-000.parquet")
+    remote = pq.read_table(tmp_path / "hub" / "episodes" / "chunk-000.parquet")
+    assert remote.column("frames").equals(local.column("frames"))
+    clip = remote.column("videos").combine_chunks().field(FRONT).field("clip")
+    uris = clip.storage.field("media").storage.field("source").storage.field("uri").to_pylist()
+    assert uris == [f"hf://datasets/test/so101_v21@{sha}/videos/chunk-000/{FRONT}/episode_{i:06d}.mp4"
+                    for i in range(4)]

@@ -4,6 +4,7 @@ MP4 files as its authors wrote them) imports to the episodes of its v3.0 metadat
 
 from __future__ import annotations
 
+import contextlib
 import json
 import shutil
 from pathlib import Path
@@ -11,7 +12,9 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
+import pytest
 
+import storage_emulators
 from pipelines import plan
 from tests.helpers import lerobot_dataset, read_manifest, run_import, third_party_path
 from tests.v21_repack import repack_v21
@@ -89,26 +92,42 @@ def test_only_changed_groups_are_imported_again(tmp_path, capsys):
     assert _episodes(out).column("tasks")[0].as_py() == ["push the T block"]
 
 
-def test_object_storage_imports_as_local(tmp_path):
-    """memory:// stands for gs:// / s3:// / hf:// here: the same fsspec calls (listing a chunk's data
-    folder, range reads of each MP4's head and moov, whole reads of the jsonl files)."""
+@pytest.mark.parametrize("protocol", ["memory", "gs", "s3"])
+def test_object_storage_imports_as_local(protocol, tmp_path):
+    """From each object store (memory://, and gs:// and s3:// through their emulators), a v2.1 dataset
+    imports as the local one does: listing a chunk's data folder, range reads of each MP4's head and moov,
+    whole reads of the jsonl files; its clips name the MP4s at their place in the store."""
     import fsspec
+    emulator, modules = {"memory": (contextlib.nullcontext, ()),
+                         "gs": (storage_emulators.gcs_emulator, ("gcp_storage_emulator.server", "gcsfs")),
+                         "s3": (storage_emulators.s3_emulator, ("moto.server", "s3fs"))}[protocol]
+    reason = storage_emulators.missing(*modules)
+    if reason:
+        pytest.skip(reason)
     root = repack_v21(lerobot_dataset("so101_av1"), tmp_path / "v21")
-    mem = fsspec.filesystem("memory")
-    for path in root.rglob("*"):
-        if path.is_file():
-            mem.pipe(f"/v2remote/ds/{path.relative_to(root).as_posix()}", path.read_bytes())
-    try:
-        assert run_import("memory://v2remote/ds", "memory://v2remote/out") == 0
-        assert run_import(root, tmp_path / "local") == 0
-        remote = pq.read_table(mem.open("/v2remote/out/episodes/chunk-000.parquet"))
-        local = pq.read_table(tmp_path / "local" / "episodes" / "chunk-000.parquet")
-        assert remote.column("frames").equals(local.column("frames"))
-        uris = remote.column("videos").combine_chunks().field("observation.images.front").field("clip")
-        assert uris.storage.field("media").storage.field("source").storage.field("uri")[0].as_py() == \
-            "memory:///v2remote/ds/videos/chunk-000/observation.images.front/episode_000000.mp4"
-    finally:
-        mem.rm("/v2remote", recursive=True)
+    assert run_import(root, tmp_path / "local") == 0
+    local = pq.read_table(tmp_path / "local" / "episodes" / "chunk-000.parquet")
+    with emulator():
+        fs = fsspec.filesystem(protocol)
+        if protocol != "memory":
+            fs.mkdir("v2remote")
+        for path in root.rglob("*"):
+            if path.is_file():
+                fs.pipe(f"v2remote/ds/{path.relative_to(root).as_posix()}", path.read_bytes())
+        try:
+            assert run_import(f"{protocol}://v2remote/ds", f"{protocol}://v2remote/out") == 0
+            fs.invalidate_cache()
+            with fs.open("v2remote/out/episodes/chunk-000.parquet", "rb") as f:
+                remote = pq.read_table(f)
+        finally:
+            if protocol == "memory":
+                fs.rm("/v2remote", recursive=True)
+    assert remote.column("episode_index").equals(local.column("episode_index"))
+    assert remote.column("frames").equals(local.column("frames"))
+    uris = remote.column("videos").combine_chunks().field("observation.images.front").field("clip")
+    place = "memory:///v2remote/ds" if protocol == "memory" else f"{protocol}://v2remote/ds"
+    assert uris.storage.field("media").storage.field("source").storage.field("uri")[0].as_py() == \
+        f"{place}/videos/chunk-000/observation.images.front/episode_000000.mp4"
 
 
 def _unitree_as_v21(dest: Path) -> Path:
