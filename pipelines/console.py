@@ -24,6 +24,11 @@ LIBRARIES = ("apache_beam", "fsspec", "gcsfs", "s3fs", "urllib3", "google", "htt
 #: Beam's type-hint notes ("Converting string literal type hint to Any") are INFO lines per DoFn.
 TYPE_HINTS = "apache_beam.typehints"
 DATAFLOW = "apache_beam.runners.dataflow"
+#: huggingface_hub announces the retries it makes itself only by a WARNING on this logger, which the Hub
+#: reader counts (`transforms.hub`, the `hub_retries` counter): the logger stays at WARNING at every
+#: verbosity so the count holds, and its lines go no further than that count when the libraries' level
+#: would hide them.
+HUB_RETRIES = "huggingface_hub.utils._http"
 FORMAT = "%(levelname)s %(name)s: %(message)s"
 
 _LOCK = threading.Lock()
@@ -49,6 +54,12 @@ class SharedTerminalHandler(logging.StreamHandler):
 
 def levels(verbosity: int, *, dataflow: bool = False) -> dict[str, int]:
     """The level of each logger ("" is the root) at `verbosity` (-1 quiet, 0 default, 1 -v, 2 -vv)."""
+    out = _levels(verbosity, dataflow=dataflow)
+    out[HUB_RETRIES] = min(out["huggingface_hub"], logging.WARNING)
+    return out
+
+
+def _levels(verbosity: int, *, dataflow: bool) -> dict[str, int]:
     if verbosity < 0:
         out = {"": logging.ERROR, "py.warnings": logging.ERROR}
         out.update({name: logging.ERROR for name in OWN + LIBRARIES})
@@ -76,8 +87,12 @@ def configure_logging(verbosity: int = 0, *, dataflow: bool = False) -> None:
     handler.setFormatter(logging.Formatter(FORMAT))
     root.addHandler(handler)
     logging.captureWarnings(True)
-    for name, level in levels(verbosity, dataflow=dataflow).items():
+    chosen = levels(verbosity, dataflow=dataflow)
+    for name, level in chosen.items():
         logging.getLogger(name or None).setLevel(level)
+    # Its retry lines reach the Hub reader's counter (a handler on that logger itself) at every verbosity,
+    # and any terminal (ours, or the library's own handler) only where the libraries' level shows them.
+    logging.getLogger(HUB_RETRIES).propagate = chosen["huggingface_hub"] <= logging.WARNING
 
 
 def share_terminal(before: Callable[[], None], after: Callable[[], None]) -> None:

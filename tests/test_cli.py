@@ -311,8 +311,33 @@ def test_verbosity_levels():
     assert default[console.TYPE_HINTS] == logging.ERROR and console.DATAFLOW not in default
     assert console.levels(0, dataflow=True)[console.DATAFLOW] == logging.INFO  # the job's URL and state
     assert verbose["apache_beam"] == logging.WARNING and verbose["transforms"] == logging.DEBUG
-    assert set(quiet.values()) == {logging.ERROR}
+    assert {v for k, v in quiet.items() if k != console.HUB_RETRIES} == {logging.ERROR}
+    # huggingface_hub's own retry lines stay enabled at every verbosity: the Hub reader counts them
+    assert {levels[console.HUB_RETRIES] for levels in (default, verbose, quiet)} == {logging.WARNING}
     assert console.levels(2)["apache_beam"] == logging.DEBUG
+
+
+def test_library_retries_are_counted_but_not_printed_after_the_command_set_up_logging(capfd):
+    """huggingface_hub says it retries (a listing page) only in a WARNING line: with the command's logging
+    (libraries at ERROR), the Hub reader still counts it (the hub_retries counter) and the terminal shows
+    nothing; -v shows it."""
+    from pipelines import console
+    from transforms import hub
+    hub._count_library_retries()
+    retry = logging.getLogger("huggingface_hub.utils._http")
+    try:
+        console.configure_logging(0)
+        capfd.readouterr()
+        before = hub.retry_count()
+        retry.warning("Retrying in 1s [Retry 1/5].")
+        assert hub.retry_count() == before + 1
+        assert "Retrying" not in capfd.readouterr().err
+        console.configure_logging(1)
+        retry.warning("Retrying in 2s [Retry 2/5].")
+        assert hub.retry_count() == before + 2
+        assert "Retrying in 2s" in capfd.readouterr().err
+    finally:
+        console.configure_logging(0)
 
 
 def test_hub_offline_mode_says_so_at_once():
@@ -367,7 +392,7 @@ def test_default_logging_hides_type_hints_and_http_lines_and_keeps_dataflow_job_
     console.configure_logging(0, dataflow=True)
     assert not logging.getLogger("apache_beam.typehints.native_type_compatibility").isEnabledFor(logging.INFO)
     assert not logging.getLogger("httpx").isEnabledFor(logging.INFO)
-    assert not logging.getLogger("huggingface_hub.utils._http").isEnabledFor(logging.WARNING)
+    assert not logging.getLogger("huggingface_hub").isEnabledFor(logging.WARNING)
     assert logging.getLogger("apache_beam.runners.dataflow.dataflow_runner").isEnabledFor(logging.INFO)
     assert logging.getLogger("transforms.write_outputs").isEnabledFor(logging.INFO)
     console.configure_logging(-1)
