@@ -45,10 +45,13 @@ class VideoAccess:
 
 
 class _LRU:
-    """A small thread-safe LRU map (workers read episodes from several threads)."""
+    """A thread-safe LRU map (workers read episodes from several threads), bounded by the sizes its values
+    are put with: 1 each by default, so `_LRU(64)` keeps 64 values; with byte sizes it keeps a byte budget.
+    The newest value is always kept, even alone over the bound."""
 
-    def __init__(self, max_items: int) -> None:
-        self._max = max_items
+    def __init__(self, max_size: int) -> None:
+        self.max_size = int(max_size)
+        self.size = 0
         self._items: collections.OrderedDict = collections.OrderedDict()
         self._lock = threading.Lock()
 
@@ -56,15 +59,21 @@ class _LRU:
         with self._lock:
             if key in self._items:
                 self._items.move_to_end(key)
-                return self._items[key]
+                return self._items[key][0]
         return None
 
-    def put(self, key, value) -> None:
+    def put(self, key, value, size: int = 1) -> None:
         with self._lock:
-            self._items[key] = value
-            self._items.move_to_end(key)
-            while len(self._items) > self._max:
-                self._items.popitem(last=False)
+            old = self._items.pop(key, None)
+            if old is not None:
+                self.size -= old[1]
+            self._items[key] = (value, int(size))
+            self.size += int(size)
+            while self.size > self.max_size and len(self._items) > 1:
+                self.size -= self._items.popitem(last=False)[1][1]
+
+    def __len__(self) -> int:
+        return len(self._items)
 
 
 #: TrackTables by (output, uri): derived once per file per process, shared by the output's episodes.

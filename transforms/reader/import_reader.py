@@ -249,7 +249,7 @@ class MediaIndexStore:
         self.files = list(files)
         self._groups: Optional[list[_IndexGroup]] = None
         self._cache = _LRU(cache_files)
-        self._tracks = _SizedLRU(cache_track_bytes)
+        self._tracks = _LRU(cache_track_bytes)
         self._lock = threading.Lock()
         self.parquet = parquet or ParquetFiles()
         #: Row groups read so far (tests check that a lookup reads one).
@@ -336,36 +336,6 @@ def _track_bytes(tables: Optional[TrackTables]) -> int:
         return 64
     return sum(getattr(tables, f.name).nbytes for f in dataclasses.fields(tables)
                if isinstance(getattr(tables, f.name), np.ndarray)) + len(tables.extradata)
-
-
-class _SizedLRU:
-    """A thread-safe LRU map bounded by the sizes its values are put with (always keeps the newest)."""
-
-    def __init__(self, max_bytes: int) -> None:
-        self.max_bytes = int(max_bytes)
-        self.nbytes = 0
-        self._items: collections.OrderedDict = collections.OrderedDict()
-        self._lock = threading.Lock()
-
-    def get(self, key):
-        with self._lock:
-            if key in self._items:
-                self._items.move_to_end(key)
-                return self._items[key][0]
-        return None
-
-    def put(self, key, value, nbytes: int) -> None:
-        with self._lock:
-            old = self._items.pop(key, None)
-            if old is not None:
-                self.nbytes -= old[1]
-            self._items[key] = (value, int(nbytes))
-            self.nbytes += int(nbytes)
-            while self.nbytes > self.max_bytes and len(self._items) > 1:
-                self.nbytes -= self._items.popitem(last=False)[1][1]
-
-    def __len__(self) -> int:
-        return len(self._items)
 
 
 # ------------------------------------------------------------------------------------------------
@@ -518,7 +488,7 @@ class ImportReader:
         self.parquet = ParquetFiles()
         self.media_index = MediaIndexStore(list(manifest.media_index))
         #: TrackTables of files whose MediaIndex the episode rows carry (the --inline-index layout).
-        self._inline_tracks = _SizedLRU(256 << 20)
+        self._inline_tracks = _LRU(256 << 20)
         self._row_groups: Optional[list[RowGroupRef]] = None
         #: Episode row groups read so far (tests check that a lookup reads only what it needs).
         self.row_groups_read = 0
