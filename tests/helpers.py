@@ -75,6 +75,15 @@ def copy_dataset(src: Path, dest: Path) -> Path:
     return dest
 
 
+def imported_sample(base: Path) -> tuple[Path, Path]:
+    """A copy of the sample dataset under `base` and its import (default options): (dataset, output),
+    for modules that damage copies of one import."""
+    dataset = copy_dataset(SAMPLE, base / "so101")
+    out = base / "out"
+    assert run_import(dataset, out) == 0
+    return dataset, out
+
+
 def run_python(code: str, *, timeout: int = 120) -> list[str]:
     """Run `code` in a fresh interpreter with the repository importable (so nothing this test process
     imported can hide what it loads); its stdout lines. Fails the test, with its stderr, if it fails."""

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from pipelines import plan, verify
-from tests.helpers import SAMPLE, copy_dataset, read_manifest, run_import
+from tests.helpers import imported_sample, read_manifest, run_import
 
 EPISODES_FILE = "meta/episodes/chunk-000/file-000.parquet"
 PART = "episodes/chunk-000/file-000.parquet"
@@ -42,11 +42,7 @@ def _tree(root: Path) -> dict[str, str]:
 
 @pytest.fixture(scope="module")
 def imported(tmp_path_factory) -> tuple[Path, Path]:
-    base = tmp_path_factory.mktemp("state")
-    dataset = copy_dataset(SAMPLE, base / "so101")
-    out = base / "out"
-    assert run_import(dataset, out) == 0
-    return dataset, out
+    return imported_sample(tmp_path_factory.mktemp("state"))
 
 
 @pytest.fixture

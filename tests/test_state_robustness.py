@@ -16,7 +16,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from pipelines import plan, verify
-from tests.helpers import SAMPLE, copy_dataset, read_manifest, run_import
+from tests.helpers import imported_sample, read_manifest, run_import
 from transforms import lease
 from transforms.errors import LeRobotImportError
 
@@ -25,11 +25,7 @@ FRONT_SHARD = "media_index/videos/observation.images.front/chunk-000.parquet"
 
 @pytest.fixture(scope="module")
 def imported(tmp_path_factory) -> tuple[Path, Path]:
-    base = tmp_path_factory.mktemp("robust")
-    dataset = copy_dataset(SAMPLE, base / "so101")
-    out = base / "out"
-    assert run_import(dataset, out) == 0
-    return dataset, out
+    return imported_sample(tmp_path_factory.mktemp("robust"))
 
 
 @pytest.fixture

@@ -13,7 +13,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from pipelines import verify
-from tests.helpers import SAMPLE, copy_dataset, run_import
+from tests.helpers import imported_sample
 from transforms.lerobot import sources
 
 PART = "episodes/chunk-000/file-000.parquet"
@@ -24,11 +24,7 @@ INDEX = "media_index/videos/observation.images.front/chunk-000.parquet"  # one s
 @pytest.fixture(scope="module")
 def imported(tmp_path_factory) -> tuple[Path, Path]:
     """(dataset copy, its output): one import of the sample for the whole module."""
-    base = tmp_path_factory.mktemp("verify")
-    dataset = copy_dataset(SAMPLE, base / "so101")
-    out = base / "out"
-    assert run_import(dataset, out) == 0
-    return dataset, out
+    return imported_sample(tmp_path_factory.mktemp("verify"))
 
 
 @pytest.fixture
