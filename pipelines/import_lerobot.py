@@ -304,7 +304,7 @@ def stop_interrupted(config: ImportConfig, signum: int) -> int:
 
 def _keep_committed(root: str, out: str, options: dict, run_id: str, signal_name: str) -> int:
     from transforms import storage
-    from transforms.episode import journal, paths
+    from transforms.episode import journal, output_state, paths
     from transforms.episode import output as sink
 
     records, uris = journal.read_records(out, options)
@@ -312,8 +312,7 @@ def _keep_committed(root: str, out: str, options: dict, run_id: str, signal_name
         storage.remove(tmp)
     if not records:
         return 0
-    raw = storage.optional_read(storage.join(out, paths.MANIFEST))
-    previous = json.loads(raw) if raw else None
+    previous = output_state.read_manifest(out).doc  # bounded and checked, as every read of it
     if not isinstance(previous, dict) or previous.get("options") != options:
         previous = None
     files = sum(r.get("kind") == "episodes_file" for r in records)
@@ -410,7 +409,7 @@ def summarize(result, config: ImportConfig, outcomes: Optional[dict[str, str]] =
     run's counters; 1 when any dataset failed. `outcomes` is filled in: root -> imported, failed, unchanged."""
     from apache_beam.metrics.metric import MetricsFilter
 
-    from transforms import storage
+    from transforms import progress, storage
     from transforms.episode import output_state
     from transforms.import_dataset import NAMESPACE
     counters: dict[str, int] = {}
@@ -419,7 +418,13 @@ def summarize(result, config: ImportConfig, outcomes: Optional[dict[str, str]] =
         counters[c.key.metric.name] = counters.get(c.key.metric.name, 0) + c.committed
     outcomes = {} if outcomes is None else outcomes
     status = shown = 0
+    unfinished = progress.unfinished(config.run_id)
     for root, out in config.targets:
+        if root in unfinished or (counters.get("datasets_unfinished") and len(config.targets) == 1):
+            why = unfinished.get(root) or "its manifest could not be written (see the run's log)"
+            print(f"{root}: FAILED - {why} (manifest.json and errors.jsonl left as the last run wrote them) -> {out}")
+            status, outcomes[root] = 1, "failed"
+            continue
         doc = output_state.read_manifest(out).doc
         if doc is None:
             print(f"{root}: FAILED - no manifest was written -> {out}")
@@ -456,10 +461,14 @@ def _read_errors(uri: str) -> Optional[bytes]:
     from transforms import storage
     from transforms.errors import LeRobotImportError
 
-    try:
-        return storage.optional_read(uri)
+    try:  # bounded, a regular file only (a FIFO or a 1 GiB file there is no errors.jsonl an import wrote)
+        return storage.read_state_file(uri, what="errors file", file="errors.jsonl", max_bytes=MAX_ERRORS_READ)
     except (OSError, LeRobotImportError):
         return None
+
+
+#: The terminal summary reads errors.jsonl up to this size (about 100,000 rows); a larger one is named only.
+MAX_ERRORS_READ = 64 << 20
 
 
 def summary_line(doc: dict) -> str:

@@ -73,12 +73,17 @@ def _dataset_root(source: str, tasks: Optional[str]) -> str:
     """The dataset whose tasks.parquet names the tasks: --tasks, else the one the import's manifest names."""
     if tasks is not None:
         return storage.normalize_root(tasks)
-    raw = storage.read_bytes(storage.join(source, "manifest.json"), what="import manifest", file="manifest.json")
-    try:
-        dataset = json.loads(raw)["dataset"]
-    except (ValueError, KeyError, TypeError):
+    from transforms.episode import output_state
+    found = output_state.read_manifest(source)  # bounded, a regular file, its depth and paths checked
+    if found.problem is not None:
+        raise found.problem
+    if found.doc is None:
+        raise LeRobotImportError("file_missing", f"{source} holds no manifest.json: --input names the output of an "
+                                 "import (`lerobot-import --output OUT`)", file="manifest.json")
+    dataset = (found.doc or {}).get("dataset")
+    if not isinstance(dataset, str) or not dataset:
         raise LeRobotImportError("io", f"{source}/manifest.json names no dataset: give its root with --tasks",
-                                 file="manifest.json") from None
+                                 file="manifest.json")
     return storage.normalize_root(dataset)
 
 

@@ -331,3 +331,31 @@ def test_unsupported_store_is_refused():
 def test_record_round_trips():
     record = LeaseRecord("r", "h", 7, "job", 1.5, 2.5, 3.5)
     assert LeaseRecord.from_bytes(record.to_bytes()) == record
+
+
+def test_store_oversized_lease_is_refused_before_its_body_is_read(bucket, monkeypatch):
+    """A lease object larger than MAX_LEASE_BYTES (an edit, another tool's file) is `LeaseInvalid`, on every
+    store, from its size alone: its body is never downloaded, however large it is."""
+    out = f"{bucket}/oversized"
+    fs, base = fsspec.core.url_to_fs(out)
+    path = f"{base}/{LEASE_NAME}"
+    fs.pipe_file(path, b" " * (lease.MAX_LEASE_BYTES + 1))
+    downloads = []
+    real_cat, real_call = fs.cat_file, getattr(fs, "call", None)
+    monkeypatch.setattr(lease, "_s3_get", lambda *a: downloads.append("s3 get"))
+    monkeypatch.setattr(type(fs), "cat_file", lambda self, *a, **k: downloads.append("cat") or real_cat(*a, **k))
+    if real_call is not None and bucket.startswith("gs://"):
+        monkeypatch.setattr(type(fs), "call", lambda self, *a, **k: (
+            downloads.append("gcs media") if k.get("alt") == "media" else None) or real_call(*a, **k))
+    root = lease.storage.normalize_root(out)
+    for attempt in (lambda: lease.read_lease(out), lambda: lease.acquire(out, run_id="run-a")):
+        with pytest.raises(lease.LeaseInvalid) as refused:
+            attempt()
+        assert refused.value.rule == "lease"
+        assert str(refused.value) == (
+            f"[lease] file {LEASE_NAME}: the lease file {root}/{LEASE_NAME} is larger than 65,536 bytes: it is not a "
+            f"lease this importer wrote, so the output is not imported. If no import is running on {root}, delete "
+            f"{root}/{LEASE_NAME} and run again")
+    assert downloads == []
+    assert fs.size(path) == lease.MAX_LEASE_BYTES + 1  # left as it was
+    fs.rm(path)

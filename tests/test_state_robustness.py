@@ -178,3 +178,32 @@ def test_output_that_is_a_file_is_refused(case, tmp_path, capsys):
     assert f"error: [output_not_writable] file file://{target}: the output file://{target} is a file, not a " \
            "folder" in capsys.readouterr().out
     assert target.read_bytes() == b"not a folder"
+
+
+@pytest.mark.parametrize("code, rule, cause", [
+    (errno.ENOSPC, "disk_full", "the storage has no space left (No space left on device); free some space"),
+    (errno.EROFS, "output_not_writable", "Read-only file system; give --output a folder this run may write"),
+])
+def test_manifest_write_on_a_full_or_read_only_disk_is_named(case, monkeypatch, capsys, code, rule, cause):
+    from fsspec.implementations.local import LocalFileSystem
+    dataset, out = case
+    before = {p: p.read_bytes() for p in (out / "manifest.json", out / "errors.jsonl")}
+    real = LocalFileSystem._open
+
+    def refusing(self, path, mode="rb", *args, **kwargs):
+        if "manifest.json" in str(path) and "w" in mode:
+            raise OSError(code, os.strerror(code))
+        return real(self, path, mode, *args, **kwargs)
+
+    monkeypatch.setattr(LocalFileSystem, "_open", refusing)
+    assert run_import(dataset, out, "--force") == 1
+    text = capsys.readouterr().out
+    assert f"FAILED - [{rule}] writing file://{out}/manifest.json failed: {cause}" in text, text
+    assert "(manifest.json and errors.jsonl left as the last run wrote them)" in text
+    assert "internal" not in text and "Traceback" not in text
+    assert {p: p.read_bytes() for p in before} == before  # the last run's pair, whole
+    assert not [p for p in out.rglob("*") if ".tmp-" in p.name]
+    monkeypatch.setattr(LocalFileSystem, "_open", real)  # space freed: the rerun finishes the output
+    assert run_import(dataset, out) == 0
+    report, = verify.verify(str(out))
+    assert report.ok, report.problems

@@ -279,6 +279,7 @@ class _MemoryStore:
 
     def _read_unlocked(self) -> Optional[tuple[bytes, str]]:
         try:
+            _check_size(self.fs.size(self.path))
             data = self.fs.cat_file(self.path)
         except FileNotFoundError:
             return None
@@ -326,6 +327,7 @@ class _GcsStore:
             try:
                 meta = self.fs.call("GET", "b/{}/o/{}", self.bucket, self.key, json_out=True)
                 generation = str(meta["generation"])
+                _check_size(meta.get("size"))  # the size of exactly the generation then downloaded
                 # The content of exactly that generation: never a newer content with an older version.
                 _, data = self.fs.call("GET", "b/{}/o/{}", self.bucket, self.key, alt="media",
                                        ifGenerationMatch=generation)
@@ -377,6 +379,7 @@ class _S3Store:
             try:
                 head = self.fs.call_s3("head_object", Bucket=self.bucket, Key=self.key)
                 etag = head["ETag"]
+                _check_size(head.get("ContentLength"))  # the size of exactly the version then downloaded
                 data = fsspec.asyn.sync(self.fs.loop, _s3_get, self.fs, self.bucket, self.key, etag)
             except FileNotFoundError:
                 return None
@@ -420,9 +423,19 @@ async def _s3_get(fs, bucket: str, key: str, etag: str) -> bytes:
     response = await fs._call_s3("get_object", Bucket=bucket, Key=key, IfMatch=etag)
     body = response["Body"]
     try:
-        return await body.read()
+        data = await body.read(MAX_LEASE_BYTES + 1)
     finally:
         body.close()
+    _check_size(len(data))
+    return data
+
+
+def _check_size(size) -> None:
+    """A lease object larger than MAX_LEASE_BYTES is not downloaded: rule `limit` (`LeaseInvalid` to the
+    caller), as a local lease file that large is not read. Object stores tell the size before the body."""
+    if size is not None and int(size) > MAX_LEASE_BYTES:
+        raise LeRobotImportError("limit", f"the lease file is {int(size):,} bytes; at most {MAX_LEASE_BYTES:,} "
+                                 "bytes of a lease are read", file=LEASE_NAME)
 
 
 def _precondition_failed(ex: BaseException) -> bool:

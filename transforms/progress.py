@@ -17,6 +17,8 @@ KEYS = ("episodes_files", "episodes_files_planned", "episodes_files_done", "epis
 
 _LOCK = threading.Lock()
 _COUNTS = dict.fromkeys(KEYS, 0)
+#: (run id, dataset root) -> why its manifest could not be written (a full disk, a read-only output).
+_UNFINISHED: dict[tuple[str, str], str] = {}
 
 
 def add(**counts: int) -> None:
@@ -30,6 +32,19 @@ def snapshot() -> dict[str, int]:
     """The counts now."""
     with _LOCK:
         return dict(_COUNTS)
+
+
+def record_unfinished(run_id: str, root: str, why: str) -> None:
+    """A dataset of run `run_id` whose manifest could not be written, and why (the command says so: the
+    output itself cannot, and its last manifest still names the last run)."""
+    with _LOCK:
+        _UNFINISHED[(run_id, root)] = why
+
+
+def unfinished(run_id: str) -> dict[str, str]:
+    """dataset root -> why its manifest could not be written, for the datasets of run `run_id`."""
+    with _LOCK:
+        return {root: why for (run, root), why in _UNFINISHED.items() if run == run_id}
 
 
 def reset() -> None:

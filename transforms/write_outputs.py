@@ -359,31 +359,66 @@ class _DatasetWriter(beam.DoFn):
         self._config = config
 
     def setup(self) -> None:
-        names = ("errors", "warnings", "datasets_imported", "datasets_failed")
+        names = ("errors", "warnings", "datasets_imported", "datasets_failed", "datasets_unfinished")
         self._counters = {name: counter(name) for name in names}
 
-    def _write(self, root: str, doc: dict, failures: list[FailureRecord]) -> dict:
+    def _write(self, root: str, doc: dict, failures: list[FailureRecord]) -> Optional[dict]:
         out = self._config.output_of(root)
         # Every text the output holds passes the one redaction (records already did; warnings, notes and
         # the dataset's own strings in the manifest too).
         rows = sink.errors_jsonl(failures).decode()
-        storage.write_atomic(storage.join(out, paths.ERRORS), redact(rows, shapes=False).encode())
-        storage.write_atomic(storage.join(out, paths.MANIFEST),
-                             redact(json.dumps(doc, indent=2, sort_keys=True) + "\n", shapes=False).encode())
+        manifest = redact(json.dumps(doc, indent=2, sort_keys=True) + "\n", shapes=False).encode()
+        # Both files are written under temporary names first and moved into place only when both are
+        # whole: a disk that fills meanwhile leaves the last run's pair as it was, never a new
+        # errors.jsonl beside an old manifest (or a half-written manifest).
+        written = []
+        try:
+            for name, data in ((paths.ERRORS, redact(rows, shapes=False).encode()), (paths.MANIFEST, manifest)):
+                final = storage.join(out, name)
+                written.append((storage.write_tmp(final, lambda f, data=data: f.write(data)), final))
+            for tmp, final in written:
+                storage.commit(tmp, final)
+        except LeRobotImportError as ex:
+            for tmp, _ in written:
+                storage.remove(tmp)
+            if ex.rule not in UNFINISHED_RULES:
+                raise
+            return self._unfinished(root, ex)
         journal.clear(out, journal.read_records(out, {})[1])  # the manifest now holds what they recorded
         self._counters["errors"].inc(doc["totals"]["errors"])
         self._counters["warnings"].inc(doc["totals"]["warnings"])
         self._counters["datasets_imported" if doc["status"] == "imported" else "datasets_failed"].inc()
         return doc
 
+    def _unfinished(self, root: str, ex: LeRobotImportError) -> None:
+        """The dataset's manifest could not be written (a full disk, a read-only output): the last run's
+        manifest and errors.jsonl stay as they were, and what this run committed stays recorded in the
+        output's journal, which the next run folds in. The command is told (`progress.unfinished`)."""
+        _LOG.error("%s: %s", root, ex)
+        self._counters["datasets_unfinished"].inc()
+        progress.record_unfinished(self._config.run_id, root, str(ex))
+        return None
+
+
+#: Why a dataset's manifest may not be written, named instead of an `internal` error.
+UNFINISHED_RULES = ("disk_full", "output_not_writable")
+
 
 class _FinishDataset(_DatasetWriter):
     def process(self, element: tuple[str, Iterable[DatasetReport]]) -> Iterator[dict]:
         root, reports = element
-        doc, failures = finish_dataset(self._config, root, DatasetReport.merge(reports))
+        try:
+            doc, failures = finish_dataset(self._config, root, DatasetReport.merge(reports))
+        except LeRobotImportError as ex:  # a quality table that does not fit on the disk
+            if ex.rule not in UNFINISHED_RULES:
+                raise
+            self._unfinished(root, ex)
+            return
         for note in doc["notes"]:
             _LOG.warning("%s: %s", root, note)
-        yield self._write(root, doc, failures)
+        written = self._write(root, doc, failures)
+        if written is not None:
+            yield written
 
 
 class _FinishAfterBug(_DatasetWriter):
@@ -392,6 +427,9 @@ class _FinishAfterBug(_DatasetWriter):
 
     def process(self, bad) -> Iterator[dict]:
         (root, reports), exc_info = bad
+        if isinstance(exc_info[1], LeRobotImportError) and exc_info[1].rule in UNFINISHED_RULES:
+            self._unfinished(root, exc_info[1])
+            return
         _LOG.error("finishing %s failed unexpectedly: %s", root, exc_info[1])
         report = DatasetReport.merge(reports)
         outcomes = list(report.outcomes)
@@ -399,7 +437,9 @@ class _FinishAfterBug(_DatasetWriter):
         doc = sink.manifest(root, None, outcomes, started_at=self._config.started_at, finished_at=sink.now_iso(),
                             dataset_failures=failures, run_id=self._config.run_id,
                             options=self._config.output_options())
-        yield self._write(root, doc, [f for o in outcomes for f in o.failures] + failures)
+        written = self._write(root, doc, [f for o in outcomes for f in o.failures] + failures)
+        if written is not None:
+            yield written
 
 
 def finish_dataset(config: ImportConfig, root: str, report: DatasetReport) -> tuple[dict, list[FailureRecord]]:

@@ -21,9 +21,12 @@ from typing import Any, Iterable, Mapping, Optional
 
 from transforms import storage
 from transforms.episode import paths
+from transforms.errors import LeRobotImportError
 
 PROGRESS_DIR = ".journal"
 INTERRUPTED = "interrupted"
+#: A record is one episodes file's manifest entry (a kilobyte or so); one larger than this is not read.
+MAX_RECORD_BYTES = 4 << 20
 
 
 def _record_uri(out_root: str, run_id: str, kind: str, key: str) -> str:
@@ -56,9 +59,11 @@ def read_records(out_root: str, options: Mapping) -> tuple[list[dict], list[str]
     for uri in listed:
         uris.append(uri)
         try:
-            doc = json.loads(storage.optional_read(uri) or b"null")
-        except (OSError, ValueError, RecursionError):
-            continue
+            # bounded, a regular file only, never through a link: the output's own state
+            doc = json.loads(storage.read_state_file(uri, what="journal record", file=storage.relative_to(
+                out_root, uri), max_bytes=MAX_RECORD_BYTES) or b"null")
+        except (OSError, ValueError, RecursionError, LeRobotImportError):
+            continue  # no proof of a commit: what it would record is imported again
         if isinstance(doc, dict) and doc.get("options") == dict(options):
             found.append(doc)
     return found, uris

@@ -124,7 +124,8 @@ def update_media_index_shard(out_root: str, shard: str, rows: Sequence[IndexRow]
     old, old_data = None, None
     if keep is None or keep:
         try:
-            old_data = storage.optional_read(final, what="media_index shard", file=shard)
+            old_data = storage.read_state_file(final, what="media_index shard", file=shard,
+                                               max_bytes=storage.READ_BYTES_LIMIT)
             old = pq.read_table(io.BytesIO(old_data), schema=media_index_schema()) if old_data is not None else None
         except (LeRobotImportError, pa.ArrowException, OSError, ValueError):
             # Damaged (or swapped) since the planning step checked its size: rebuilt from this run's rows;
