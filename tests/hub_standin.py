@@ -246,7 +246,8 @@ class HubStandIn:
         self.gitattributes = gitattributes
         #: Hostile behaviours, off unless set (tests of the client's defences):
         #:   "tree_next": "foreign" (a tree page's `Link: rel="next"` points to the CDN's origin), "endless" (every
-        #:       page links a next one, empty past the end), "repeat" (every page links a next one, same entries);
+        #:       page links a next one, empty past the end), "repeat" (every page links a next one, same entries),
+        #:       "fresh" (every page links a next one, past the end with entries never listed before);
         #:   "ignore_range": answer 200 with the whole file to a ranged GET;
         #:   "slow_bytes": seconds between single bytes of every file body.
         #: A fault's header or message holding "{authorization}" echoes the request's Authorization header.
@@ -909,7 +910,11 @@ class _Handler(BaseHTTPRequestHandler):
         mode = hub.hostile.get("tree_next")
         if mode == "repeat":
             chunk = entries[:page]
-        if start + page < len(entries) or mode in ("endless", "repeat", "foreign"):
+        if mode == "fresh" and not chunk:
+            prefix = path + "/" if path else ""
+            chunk = [{"type": "file", "oid": f"{i:040x}", "size": 1, "path": f"{prefix}phantom-{i:09d}.bin"}
+                     for i in range(start, start + page)]
+        if start + page < len(entries) or mode in ("endless", "repeat", "foreign", "fresh"):
             origin = hub.cdn_endpoint if mode == "foreign" else hub.endpoint
             nxt = (f"{origin}{raw_path}?recursive={str(recursive).lower()}&expand={str(expand).lower()}"
                    f"&cursor={start + page}")

@@ -71,7 +71,7 @@ def test_listing_linking_another_host_is_not_followed(tmp_path, capfd):
     _no_token_anywhere(out, capfd.readouterr())
 
 
-@pytest.mark.parametrize("mode", ["endless", "repeat"])
+@pytest.mark.parametrize("mode", ["endless", "repeat", "fresh"])
 def test_endless_listing_stops(tmp_path, monkeypatch, mode, capfd):
     monkeypatch.setattr(hub, "LIST_MAX_PAGES", 40)
     with HubStandIn(tree_page_size=2) as standin, standin.configure():
@@ -87,12 +87,19 @@ def test_endless_listing_stops(tmp_path, monkeypatch, mode, capfd):
             message = capfd.readouterr().out
         pages = standin.count("tree")
     assert time.monotonic() - start < 300  # a hang never ends; a loaded machine is slow
-    assert pages <= 41 * 3, pages  # each listing stops at its page bound (or at its first empty page)
-    if mode == "repeat":
+    if mode == "repeat":  # the second page repeats the first: stopped there, whatever the bounds
+        assert pages <= 2 * 3, pages
         (error,) = read_errors(tmp_path / "out")
-        assert error["rule"] == "limit" and "goes on past 40 pages and 80 entries (at most 40 pages and " \
-            f"{hub.LIST_MAX_ITEMS:,} entries are read)" in error["message"], error
+        assert error["rule"] == "io" and "/meta loops: its page 2 repeats page 1, and a listing never names an " \
+            "entry twice; it was stopped there: try again later" in error["message"], error
+    elif mode == "fresh":  # new entries on every page: the page bound ends it
+        assert pages <= 41 * 3, pages
+        (error,) = read_errors(tmp_path / "out")
+        assert error["rule"] == "limit" and "/meta goes on past 40 pages and " in error["message"], error
+        assert f"entries (at most 40 pages and {hub.LIST_MAX_ITEMS:,} entries are read): a repository that large " \
+            "is not a dataset root" in error["message"], error
     else:
+        assert pages <= 41 * 3, pages  # each listing stops at its first empty page
         assert status == 0, message  # the pages past the end are empty: the listing stops there, whole
 
 

@@ -32,6 +32,7 @@ from __future__ import annotations
 import dataclasses
 import fnmatch
 import functools
+import hashlib
 import logging
 import random
 import re
@@ -368,12 +369,15 @@ def _hub():
 # huggingface_hub follows a listing's `Link: rel="next"` wherever it points, with the request's headers
 # (the token among them), for as long as pages come. A listing the importer asks for follows next pages
 # only on the endpoint's own origin, for at most LIST_MAX_PAGES pages and LIST_MAX_ITEMS entries within
-# LIST_DEADLINE_S, and stops at an empty page: huggingface_hub's pager is replaced by this one (every
-# listing of the library goes through it: trees, datasets, commits).
+# LIST_DEADLINE_S, and stops at an empty page; a page that repeats an earlier one, or a next link to a
+# page already read, ends it at once (a listing never names an entry twice: one that loops would
+# otherwise run to its bounds). huggingface_hub's pager is replaced by this one (every listing of the
+# library goes through it: trees, datasets, commits).
 
 #: A listing reads at most this many pages (1,000 entries a page on the Hub: two million entries).
 LIST_MAX_PAGES = 2_000
-#: ... and at most this many entries in all.
+#: ... and at most this many entries in all (a v2.1 dataset of 100,000 episodes and 3 cameras lists 400,000
+#: files recursively).
 LIST_MAX_ITEMS = 1_000_000
 #: ... within this many seconds.
 LIST_DEADLINE_S = 900.0
@@ -406,6 +410,8 @@ def guarded_pages(path: str, params: Any, headers: dict, timeout: Optional[float
     deadline = time.monotonic() + LIST_DEADLINE_S
     response = get(path, params=params, headers=headers, timeout=timeout)
     pages = items = 0
+    seen_pages: dict[bytes, int] = {}  # a digest of each page's content -> its number
+    visited = {path}
     while True:
         hf_raise_for_status(response)
         page = response.json()
@@ -415,6 +421,15 @@ def guarded_pages(path: str, params: Any, headers: dict, timeout: Optional[float
         if following is not None and not page:
             _LOG.warning("the Hub's listing %s answered an empty page that links another: stopped there", path)
             following = None
+        if following is not None:
+            digest = hashlib.sha256(response.content).digest()
+            again = seen_pages.setdefault(digest, pages)
+            if again != pages or following in visited:
+                what = (f"its page {pages:,} repeats page {again:,}" if again != pages
+                        else f"page {pages:,} links back to a page already read")
+                raise LeRobotImportError("io", f"the Hub's listing {path} loops: {what}, and a listing never names "
+                                         "an entry twice; it was stopped there: try again later")
+            visited.add(following)
         if following is not None and _origin(following) != home:
             scheme, host, port = _origin(following)
             raise LeRobotImportError("io", f"the Hub's listing {path} links its next page to another host "

@@ -194,6 +194,10 @@ def case_hub_endless_pages(work: Path) -> str:
     return _hub(work, {"tree_next": "repeat"}, page_size=1000)
 
 
+def case_hub_endless_fresh_pages(work: Path) -> str:
+    return _hub(work, {"tree_next": "fresh"}, page_size=1000)
+
+
 def case_hub_slow_bytes(work: Path) -> str:
     return _hub(work, {"slow_bytes": 0.05}, deadline=5.0)
 
