@@ -11,15 +11,18 @@ command then exits 1, saying how many frames failed.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import logging
 import os
+import re
 import sys
 from typing import TYPE_CHECKING, Optional, Sequence
 
 from transforms import storage
 from transforms.episode import paths
 from transforms.errors import LeRobotImportError
+from transforms.lease import LeaseHeld
 
 if TYPE_CHECKING:  # Beam and the render steps are imported to run, not for --help
     import apache_beam as beam
@@ -121,7 +124,7 @@ def _self_and_parents(uri: str) -> list[str]:
 
 
 def build_pipeline(opts: argparse.Namespace, options: PipelineOptions, recipe_text: str,
-                   tasks: dict[int, str]) -> beam.Pipeline:
+                   tasks: dict[int, str], *, into: Optional[str] = None) -> beam.Pipeline:
     """The render pipeline: read the import's episodes, render them, write samples and errors.jsonl.
 
     Args:
@@ -129,6 +132,8 @@ def build_pipeline(opts: argparse.Namespace, options: PipelineOptions, recipe_te
         options: Beam's pipeline options.
         recipe_text: the recipe's YAML text.
         tasks: task_index -> task.
+        into: the folder the files are written to (default: --output; the command writes a staging
+            folder inside it, `staging_folder`, and moves the files in once the pipeline succeeded).
 
     Returns:
         The pipeline, not yet run.
@@ -140,7 +145,8 @@ def build_pipeline(opts: argparse.Namespace, options: PipelineOptions, recipe_te
                                            WriteRenderFailures)
 
     source = storage.normalize_root(opts.input)
-    prefix = opts.output.rstrip("/") + "/samples"
+    into = into or opts.output
+    prefix = into.rstrip("/") + "/samples"
     p = beam.Pipeline(options=options)
     rendered = (p
                 | "ReadEpisodes" >> ReadImportedEpisodes(source)
@@ -154,8 +160,56 @@ def build_pipeline(opts: argparse.Namespace, options: PipelineOptions, recipe_te
              | "ToJson" >> beam.Map(lambda s: json.dumps({**s, "messages": json.loads(s["messages"])},
                                                          ensure_ascii=False, sort_keys=True))
              | "WriteJsonl" >> beam.io.WriteToText(prefix, file_name_suffix=".jsonl"))
-    _ = rendered[FAILURES] | "WriteErrors" >> WriteRenderFailures(opts.output)
+    _ = rendered[FAILURES] | "WriteErrors" >> WriteRenderFailures(into)
     return p
+
+
+# ---- what a render writes, and how it is put in place ------------------------------------------
+#
+# Beam writes the samples and errors.jsonl into a hidden staging folder of the output, and the command
+# moves them into place once the pipeline has succeeded, under the output's lease: a render that fails
+# or is interrupted leaves the last render's files as they were (and a staging folder the next render
+# removes), two renders into one output never interleave, and a render that writes fewer sample files
+# than the last one leaves none of the last one's behind.
+
+#: The staging folders of renders: hidden, with the temporary mark (`OUT/.render.tmp-<run id>`).
+STAGING_PREFIX = ".render" + storage.TMP_MARK
+_RENDERED = re.compile(r"samples-\d{5}-of-\d{5}\.(parquet|jsonl)|errors\.jsonl")
+
+
+def staging_folder(output: str, run_id: str) -> str:
+    """The folder a render of run `run_id` writes its files to before they are moved into `output` (as
+    `output` is written: a local path stays one, which Beam's file sinks take)."""
+    return storage.join(output, STAGING_PREFIX + run_id)
+
+
+def rendered_files(folder: str) -> list[str]:
+    """The names of the files a render writes (samples-NNNNN-of-NNNNN.*, errors.jsonl) found in `folder`:
+    the only files of an output a render replaces or removes (a user's own files there stay)."""
+    return [name for name in storage.list_dir(folder) if _RENDERED.fullmatch(name)]
+
+
+def remove_staging(output: str) -> None:
+    """Remove every staging folder of `output` (the caller holds its lease: no other render is writing)."""
+    root = storage.normalize_root(output)
+    for name in storage.list_dir(root, dirs=True):
+        if name.startswith(STAGING_PREFIX):
+            fs, path = storage.filesystem(storage.join(root, name))
+            storage.with_retries(lambda: fs.rm(path, recursive=True))
+
+
+def commit_render(output: str, staging: str) -> None:
+    """Move a finished render's files from `staging` into `output`, then remove the last render's files
+    that this one did not write again, and the staging folder. errors.jsonl moves last: once it is new,
+    every sample file is too."""
+    root = storage.normalize_root(output)
+    new = rendered_files(staging)
+    old = set(rendered_files(root)) - set(new)
+    for name in sorted(new, key=lambda n: n == "errors.jsonl"):
+        storage.commit(storage.join(staging, name), storage.join(root, name))
+    for name in sorted(old):
+        storage.remove(storage.join(root, name))
+    remove_staging(output)
 
 
 def _count_lines(uri: str) -> int:
@@ -176,6 +230,35 @@ def _counter(result, name: str) -> Optional[int]:
     if not found:
         return None
     return sum(int(c.committed if c.committed is not None else c.attempted) for c in found)
+
+
+def _render_under_lease(opts: argparse.Namespace, options: PipelineOptions, recipe_text: str,
+                        tasks: dict[int, str]):
+    """Run the render into a staging folder under the output's lease, then put its files in place.
+
+    Raises:
+        LeaseHeld: another render (or an import) holds the output's lease.
+        LeRobotImportError: the lease is no lease (rule `lease`), the output is not writable.
+    """
+    import uuid
+
+    from transforms import lease
+
+    run_id = uuid.uuid4().hex
+    with contextlib.ExitStack() as stack:
+        if lease.supported(opts.output):
+            stack.enter_context(lease.holding(opts.output, run_id=run_id, job="lerobot-import render"))
+        remove_staging(opts.output)  # what an interrupted render left: no one else writes here now
+        staging = staging_folder(opts.output, run_id)
+        try:
+            result = build_pipeline(opts, options, recipe_text, tasks, into=staging).run()
+            result.wait_until_finish()
+            commit_render(opts.output, staging)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                remove_staging(opts.output)
+            raise
+    return result
 
 
 def run(argv: Optional[Sequence[str]] = None) -> int:
@@ -203,8 +286,11 @@ def run(argv: Optional[Sequence[str]] = None) -> int:
     except (RecipeError, LeRobotImportError) as ex:
         print(f"error: {ex}", file=sys.stderr)
         return 1
-    result = build_pipeline(opts, PipelineOptions(beam_args), recipe_text, tasks).run()
-    result.wait_until_finish()
+    try:
+        result = _render_under_lease(opts, PipelineOptions(beam_args), recipe_text, tasks)
+    except (LeRobotImportError, LeaseHeld) as ex:
+        print(f"error: {ex}", file=sys.stderr)
+        return 1
     failed = _count_lines(errors_path(opts.output))
     samples = _counter(result, "samples")
     frames = _counter(result, "frames")

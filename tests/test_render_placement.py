@@ -51,3 +51,60 @@ def test_render_output_over_an_import_or_dataset_is_refused(imported, where, why
     assert f"error: --output {target} {expected}" in err, err
     assert {p: _tree(p) for p in (out, other, root)} == before
     assert not (other / "sub").exists()
+
+
+def _render(root: Path, out: Path, target: Path) -> int:
+    return run(["--recipe", str(root / "expected" / "recipes" / f"{RECIPE}.yaml"), "--input", str(out),
+                "--output", str(target), "--runner", "FnApiRunner"])
+
+
+def test_render_replaces_its_own_files_whole_and_leaves_the_users(imported, tmp_path):
+    root, out, _ = imported
+    target = tmp_path / "samples"
+    target.mkdir()
+    (target / "notes.txt").write_text("mine")
+    (target / "samples-00007-of-00009.parquet").write_bytes(b"a shard of an older render")
+    assert _render(root, out, target) == 0
+    names = sorted(p.name for p in target.iterdir())
+    assert "notes.txt" in names and "samples-00007-of-00009.parquet" not in names, names
+    assert "errors.jsonl" in names and any(n.startswith("samples-") for n in names), names
+    assert not [n for n in names if ".tmp-" in n or n.startswith("beam-temp")], names
+    assert (target / "notes.txt").read_text() == "mine"
+
+
+def test_render_into_an_output_another_render_holds_is_refused(imported, tmp_path, capsys):
+    from transforms import lease
+    root, out, _ = imported
+    target = tmp_path / "samples"
+    assert _render(root, out, target) == 0
+    before = _tree(target)
+    held = lease.acquire(str(target), run_id="other-render")
+    try:
+        assert _render(root, out, target) == 1
+    finally:
+        lease.release(held)
+    err = capsys.readouterr().err
+    assert f"error: the output file://{target} is leased by run other-render (host " in err, err
+    assert _tree(target) == before
+
+
+def test_interrupted_render_leaves_the_last_render_whole(imported, tmp_path, monkeypatch):
+    from transforms import render_samples
+    root, out, _ = imported
+    target = tmp_path / "samples"
+    assert _render(root, out, target) == 0
+    before = _tree(target)
+    real = render_samples.render_episode_samples
+
+    def stopping(episode, recipe, tasks):
+        if episode.episode_index > 0:  # after the first episode's samples were handed to the writer
+            raise KeyboardInterrupt()
+        return real(episode, recipe, tasks)
+
+    monkeypatch.setattr(render_samples, "render_episode_samples", stopping)
+    with pytest.raises(BaseException):
+        _render(root, out, target)
+    assert _tree(target) == before  # the last render's files, whole; nothing staged left behind
+    assert not [p for p in target.rglob("*") if ".tmp-" in str(p) or "beam-temp" in str(p)]
+    monkeypatch.setattr(render_samples, "render_episode_samples", real)
+    assert _render(root, out, target) == 0 and _tree(target) == before  # the same samples again
