@@ -697,6 +697,38 @@ def test_update_shard_carries_kept_rows_replaces_read_ones_and_drops_the_rest(tm
     assert (found.size, found.version) == (a.size, "v1") and rows.get(shard, c.uri) is None
 
 
+def test_shard_keeps_uri_statistics_only_and_no_dictionary(tmp_path):
+    """A shard's row groups carry `uri` statistics (a reader's lookup key) and nothing dictionary-encoded."""
+    import pyarrow.parquet as pq
+    mit = _table_module()
+    rows = _index_rows(2)
+    md = pq.ParquetFile(pa.BufferReader(mit.shard_bytes(mit.media_index_table(rows)))).metadata
+    assert md.num_row_groups == 2
+    for rg in range(2):
+        group = md.row_group(rg)
+        columns = [group.column(j) for j in range(group.num_columns)]
+        assert [c.path_in_schema for c in columns if c.is_stats_set] == ["uri"]
+        assert (columns[0].statistics.min, columns[0].statistics.max) == (rows[rg].uri, rows[rg].uri)
+        assert not any("DICTIONARY" in e for c in columns for e in c.encodings)
+
+
+def test_media_index_row_crosses_a_shuffle_as_ipc_bytes():
+    """A MediaIndexRow pickles as its index's Arrow IPC bytes (no pyarrow object rebuilt child by child) and
+    comes back equal, spql type and all."""
+    import pickle
+    from apache_beam.coders import PickleCoder
+    from transforms.messages import MediaIndexRow
+    (row,) = _index_rows(1)
+    message = MediaIndexRow("file:///ds", "videos/cam/chunk-000/file-000.mp4", row.uri, row.size, "v1", row.index)
+    coder = PickleCoder()
+    back = coder.decode(coder.encode(message))
+    assert (back.dataset, back.file, back.uri, back.size, back.version) == (
+        message.dataset, message.file, message.uri, message.size, "v1")
+    assert back.index.type == spql_types.media_index() and back.index.equals(row.index)
+    pickled = pickle.dumps(message, pickle.HIGHEST_PROTOCOL)
+    assert b"pyarrow" not in pickled and spql_types.array_to_ipc(row.index) in pickled
+
+
 def dataclasses_replace(row, **changes):
     import dataclasses
     return dataclasses.replace(row, **changes)

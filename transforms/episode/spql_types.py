@@ -260,3 +260,18 @@ def field_signature(f: pa.Field) -> str:
 
 def schema_signature(schema: pa.Schema) -> list[str]:
     return [field_signature(f) for f in schema]
+
+
+def array_to_ipc(array: pa.Array) -> bytes:
+    """An Arrow array (of any type, spql ones included) as Arrow IPC stream bytes, for `array_from_ipc`."""
+    batch = pa.record_batch([array], names=["value"])
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_stream(sink, batch.schema) as writer:
+        writer.write_batch(batch)
+    return sink.getvalue().to_pybytes()
+
+
+def array_from_ipc(data: bytes) -> pa.Array:
+    """The array `array_to_ipc` wrote (its buffers zero-copy views of `data`)."""
+    batch = pa.ipc.open_stream(pa.py_buffer(data)).read_next_batch()
+    return batch.column(0)
