@@ -29,6 +29,12 @@ def add_import_arguments(parser) -> None:
     parser.add_argument("--force", action="store_true", default=False,
                         help="Import again datasets whose last import is up to date (same files, same "
                              "options). Default: skip them.")
+    parser.add_argument("--verify_output", "--verify-output", dest="verify_output", action="store_true",
+                        default=False,
+                        help="Before leaving an imported episodes file or media_index shard alone, also "
+                             "compare its sha256 with the manifest's (reads the whole output). Default: each "
+                             "is checked for existence and its recorded size only. Either way a damaged "
+                             "file is imported again by this run, and a note says so.")
     parser.add_argument("--one_part", "--one-part", dest="one_part", action="store_true", default=False,
                         help="The reference's one-part behaviour, for exact conformance: write each episodes "
                              "file as one part and fail one whose episodes span more than --data-span-limit "

@@ -73,7 +73,8 @@ def config_from_options(options: ImportOptions, *, run_id: str = "", started_at:
     return ImportConfig(targets=targets, one_part=options.one_part,
                         data_span_limit=options.data_span_limit, inline_index=options.inline_index,
                         skip_videos=options.skip_videos, force=options.force, run_id=run_id,
-                        started_at=started_at, strict=strict)
+                        started_at=started_at, strict=strict,
+                        verify_output=options.verify_output)
 
 
 def build_pipeline(options: PipelineOptions, config: ImportConfig, started_at: Optional[str] = None) -> beam.Pipeline:

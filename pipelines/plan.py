@@ -24,6 +24,7 @@ from typing import Any, Optional, Sequence
 from pipelines.targets import resolve_targets
 from transforms import lease as lease_lib
 from transforms import storage
+from transforms.episode import damage as output_damage
 from transforms.episode import output_state
 from transforms.episode.media_index_table import decide_run
 from transforms.errors import LeRobotImportError
@@ -49,6 +50,7 @@ class PlanSettings:
     inline_index: bool = False
     skip_videos: bool = False
     force: bool = False
+    verify_output: bool = False
 
 
 def output_options(settings: PlanSettings) -> dict[str, Any]:
@@ -87,6 +89,7 @@ class DatasetPlan:
     video_versions: dict = dataclasses.field(default_factory=dict, compare=False, repr=False)
     lease: Optional[str] = None  # who holds the output's lease now
     problem: Optional[str] = None  # why the dataset cannot be imported at all
+    repairs: tuple[str, ...] = ()  # the damaged files of the output the run would import again
 
     @property
     def counts(self) -> dict[str, int]:
@@ -120,7 +123,7 @@ class DatasetPlan:
             "lease": self.lease, "counts": self.counts, "parts": self.parts, "episodes": self.episodes,
             "data_bytes": self.data_bytes, "data_bytes_to_read": self.data_bytes_to_read,
             "mp4s_to_read": list(self.mp4s_to_read), "estimated_output_bytes": self.estimated_output_bytes,
-            "output_ratio": self.output_ratio, "ratio_source": self.ratio_source,
+            "output_ratio": self.output_ratio, "ratio_source": self.ratio_source, "repairs": list(self.repairs),
             "episodes_files": [{k: v for k, v in dataclasses.asdict(f).items() if k != "sources"}
                                | {"video_files": list(f.video_files)} for f in self.files],
         }
@@ -131,7 +134,8 @@ def read_manifest(out: str) -> Optional[dict]:
     return output_state.read_manifest(out).doc
 
 
-def plan_dataset(root: str, out: str, options: dict[str, Any], *, force: bool = False) -> DatasetPlan:
+def plan_dataset(root: str, out: str, options: dict[str, Any], *, force: bool = False,
+                 verify_output: bool = False) -> DatasetPlan:
     """Plan the import of one dataset into `out`, reading only what is needed and writing nothing.
 
     Args:
@@ -139,6 +143,7 @@ def plan_dataset(root: str, out: str, options: dict[str, Any], *, force: bool = 
         out: its output root.
         options: the run's output options (`output_options`).
         force: plan a run that redoes every episodes file.
+        verify_output: look for damaged output files by their sha256 too, not by their sizes only.
     Returns:
         The plan.
     """
@@ -147,6 +152,15 @@ def plan_dataset(root: str, out: str, options: dict[str, Any], *, force: bool = 
     if refused is not None:  # the import refuses it before writing or deleting anything: so does the plan
         return _unplannable(root, out, options, refused)
     previous = read_manifest(out)
+    try:  # what the run would find damaged, and import again
+        same = previous is not None and previous.get("options") == options  # else nothing is carried anyway
+        damage = (output_damage.find_damage(out, previous, checksums=verify_output) if same and not force
+                  else output_damage.OutputDamage())
+    except LeRobotImportError as ex:
+        return _unplannable(root, out, options, str(ex))
+    except OSError as ex:
+        return _unplannable(root, out, options, f"the output cannot be listed ({ex})")
+    previous = output_damage.without_damage(previous, damage)
     # The options are part of every source digest: a manifest made with other options matches nothing.
     scanned = sources.scan_dataset(root, options, previous_manifest=previous)
     unreadable = scanned.unreadable()
@@ -155,7 +169,8 @@ def plan_dataset(root: str, out: str, options: dict[str, Any], *, force: bool = 
                             "and removes none of its output: check the dataset root")
     decisions, media = decide_run(scanned.files, previous, scanned.listing.token,
                                   dataset_file=lambda rel: storage.join(root, rel),
-                                  inline_index=bool(options.get("inline_index")), force=force)
+                                  inline_index=bool(options.get("inline_index")), force=force,
+                                  damaged=damage.shards)
     layouts: dict[str, Optional[RowGroupLayout]] = {}
     files = tuple(_file_plan(scanned, d, options, layouts) for d in decisions)
     used = sorted({v for f in files if f.action == sources.IMPORT for v in f.video_files})
@@ -168,7 +183,7 @@ def plan_dataset(root: str, out: str, options: dict[str, Any], *, force: bool = 
     return DatasetPlan(dataset=root, output=out, options=options, files=files, mp4s_to_read=mp4s,
                        data_bytes_to_read=sum(scanned.listing.size(d) for d in data_files), output_ratio=ratio,
                        ratio_source=ratio_source, video_versions=sources.video_versions(scanned.listing, used),
-                       lease=_lease_holder(out), problem=problem)
+                       lease=_lease_holder(out), problem=problem, repairs=tuple(damage.notes()))
 
 
 def _refused_output(out: str) -> Optional[str]:
@@ -287,9 +302,10 @@ def run(argv: Optional[Sequence[str]] = None) -> int:
     if not args.output:
         ap.error("the following arguments are required: --output")
     settings = PlanSettings(one_part=args.one_part, data_span_limit=args.data_span_limit,
-                            inline_index=args.inline_index, skip_videos=args.skip_videos, force=args.force)
+                            inline_index=args.inline_index, skip_videos=args.skip_videos, force=args.force,
+                            verify_output=args.verify_output)
     options = output_options(settings)
-    plans = [plan_dataset(root, out, options, force=settings.force)
+    plans = [plan_dataset(root, out, options, force=settings.force, verify_output=settings.verify_output)
              for root, out in targets(args.dataset or [], args.datasets, args.output)]
     if args.json:
         print(json.dumps([p.to_json() for p in plans], indent=2, sort_keys=True))
@@ -308,6 +324,7 @@ def render(p: DatasetPlan, *, every_file: bool = False) -> str:
         lines.append(f"  cannot import: {p.problem}")
     if p.lease:
         lines.append(f"  lease: {p.lease}")
+    lines += [f"  {note}" for note in p.repairs]
     if c["import"]:
         lines.append(f"  would write {p.parts} parts of {p.episodes} episodes, reading {_size(p.data_bytes_to_read)} "
                      f"of data files and the MediaIndex of {len(p.mp4s_to_read)} MP4s; "

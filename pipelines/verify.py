@@ -16,7 +16,9 @@ What holds for a sound import, each checked and each failure named by its file:
   * with `--sources`: every episodes file is as the dataset has it now (none new, changed, gone, or
     failed last time), as the next run would decide.
 
-Exit status 0 when all holds, 1 with the list of problems.
+Exit status 0 when all holds, 1 with the list of problems, and, when the import repairs them, the command
+that does (`repair_command`): the same import again (with --verify-output when only a checksum shows the
+damage, with --force when nothing the next run checks would).
 """
 
 from __future__ import annotations
@@ -26,6 +28,8 @@ import concurrent.futures
 import dataclasses
 import hashlib
 import json
+import os
+import shlex
 import sys
 from typing import Any, Iterable, Optional, Sequence
 
@@ -84,6 +88,16 @@ class VerifyReport:
     checksums: int = 0  # of them, checked against a recorded size and sha256
     media_index_files: int = 0
     sources_checked: bool = False
+    dataset: Optional[str] = None  # the dataset the manifest names
+    options: Optional[dict] = None  # the options it was imported with
+
+    def repair_command(self, output: Optional[str] = None) -> Optional[str]:
+        """The line saying which command repairs the problems found, or None when no import does.
+
+        Args:
+            output: the output root as the user wrote it (default: this report's URI).
+        """
+        return repair_command(self, output)
 
     @property
     def ok(self) -> bool:
@@ -151,9 +165,11 @@ def verify_output(out: str, *, check_sources: bool = False) -> VerifyReport:
     problems += _check_listing(out, listed)
     if check_sources:
         problems += stale_episodes_files(manifest)
+    dataset = manifest.get("dataset") if isinstance(manifest.get("dataset"), str) else None
+    options = manifest.get("options") if isinstance(manifest.get("options"), dict) else None
     return VerifyReport(out, tuple(sorted(set(problems))), parts=len(checks),
                         checksums=sum(c.checksum for c in checks), media_index_files=len(media_index),
-                        sources_checked=check_sources)
+                        sources_checked=check_sources, dataset=dataset, options=options)
 
 
 def _read_manifest(out: str) -> tuple[Optional[dict], Optional[Problem]]:
@@ -342,6 +358,71 @@ def stale_episodes_files(manifest: dict) -> list[Problem]:
             for d in decisions if d.action != sources.UNCHANGED]
 
 
+#: Problems of a part or shard that the next import finds by sizes alone, and repairs (`damage.find_damage`).
+_FOUND_BY_SIZE = ("missing", "size")
+#: Problems it finds only with --verify-output.
+_FOUND_BY_CHECKSUM = ("checksum",)
+#: Problems that no check of the next import sees (the bytes are as recorded): only --force rewrites them.
+_FOUND_BY_NONE = ("unreadable", "rows")
+
+
+def repair_command(report: VerifyReport, output: Optional[str] = None) -> Optional[str]:
+    """"run `lerobot-import --dataset D --output O ...` again: ..." for the problems an import repairs, with the
+    dataset and options the manifest records and the output as the user named it; None when there are none.
+    A damaged part or shard is imported again by the next run; a stale episodes file (`--sources`) too."""
+    if not report.dataset or report.options is None:
+        return None
+    by_path: dict[str, set[str]] = {}
+    for p in report.problems:
+        if p.path.split("/", 1)[0] in (paths.EPISODES_DIR, paths.MEDIA_INDEX_DIR):
+            by_path.setdefault(p.path, set()).add(p.kind)
+    sized = {path for path, kinds in by_path.items() if kinds & set(_FOUND_BY_SIZE)}
+    summed = {path for path, kinds in by_path.items() if path not in sized and kinds & set(_FOUND_BY_CHECKSUM)}
+    unseen = {path for path, kinds in by_path.items() if path not in sized | summed and kinds & set(_FOUND_BY_NONE)}
+    stale = any(p.kind == "stale" for p in report.problems)
+    if not (sized or summed or unseen or stale):
+        return None
+    words = ["lerobot-import", "--dataset", _shown_dataset(report.dataset), "--output", output or report.output]
+    words += _option_words(report.options)
+    if unseen:
+        words.append("--force")
+        what = "it imports the dataset again whole, rewriting the damaged files"
+    elif summed:
+        words.append("--verify-output")
+        what = "it re-imports the damaged files (--verify-output: a damage of the same size shows only in the sha256)"
+    elif sized:
+        what = "it re-imports the damaged files"
+    else:
+        what = "it imports the stale episodes files"
+    if stale and (sized or summed) and not unseen:
+        what += " and the stale episodes files"
+    return f"repair: run `{' '.join(shlex.quote(w) for w in words)}` again: {what}"
+
+
+def _shown_dataset(uri: str) -> str:
+    """A local dataset as a path (relative when under the working folder), any other URI as it is."""
+    if not uri.startswith("file://"):
+        return uri
+    path = uri[len("file://"):]
+    here = os.getcwd()
+    return os.path.relpath(path, here) if path.startswith(here.rstrip("/") + "/") else path
+
+
+def _option_words(options: dict) -> list[str]:
+    """The command-line options that give the import's recorded `options` (`ImportConfig.output_options`)."""
+    from transforms.lerobot.span import DATA_SPAN_LIMIT
+
+    words = [flag for key, flag in (("one_part", "--one-part"), ("inline_index", "--inline-index"),
+                                    ("skip_videos", "--skip-videos")) if options.get(key) is True]
+    limit = _int(options.get("data_span_limit"))
+    if limit is not None and limit != DATA_SPAN_LIMIT:
+        words += ["--data-span-limit", str(limit)]
+    strict = options.get("strict")
+    if isinstance(strict, list) and strict:
+        words += ["--strict", ",".join(str(s) for s in strict)]
+    return words
+
+
 # ------------------------------------------------------------------------------------------------
 # Command line
 # ------------------------------------------------------------------------------------------------
@@ -349,7 +430,7 @@ def stale_episodes_files(manifest: dict) -> list[Problem]:
 EXIT_STATUS = """\
 exit status:
   0  every check holds
-  1  a check failed (one line per problem, naming its file)
+  1  a check failed (one line per problem, naming its file, and the command that repairs them)
   2  the command line is wrong
 """
 
@@ -366,23 +447,38 @@ def run(argv: Optional[Sequence[str]] = None) -> int:
     add_verbosity_arguments(ap)
     args = ap.parse_args(argv)
     reports = verify(args.output, check_sources=args.sources)
+    shown = {r.output: _user_output(args.output, r.output) for r in reports}
     if args.json:
-        print(json.dumps([_report_json(r) for r in reports], indent=2))
+        print(json.dumps([_report_json(r, shown[r.output]) for r in reports], indent=2))
     else:
         for report in reports:
             print(report.summary())
             for problem in report.problems:
                 print(f"  {problem}")
+            repair = report.repair_command(shown[report.output])
+            if repair:
+                print(f"  {repair}")
         if len(reports) > 1:
             bad = sum(not r.ok for r in reports)
             print(f"{len(reports)} dataset outputs verified, {bad} with problems")
     return 0 if all(r.ok for r in reports) else 1
 
 
-def _report_json(report: VerifyReport) -> dict[str, Any]:
+def _user_output(given: str, output: str) -> str:
+    """A dataset output's root as the user named it: `given` itself, or `given`/<name> under a bulk root."""
+    root = storage.normalize_root(given)
+    if output == root:
+        return given
+    if output.startswith(root.rstrip("/") + "/"):
+        return given.rstrip("/") + "/" + output[len(root.rstrip("/")) + 1:]
+    return output
+
+
+def _report_json(report: VerifyReport, shown_output: Optional[str] = None) -> dict[str, Any]:
     return {"output": report.output, "ok": report.ok, "parts": report.parts, "checksums": report.checksums,
             "media_index_files": report.media_index_files, "sources_checked": report.sources_checked,
-            "problems": [dataclasses.asdict(p) for p in report.problems]}
+            "problems": [dataclasses.asdict(p) for p in report.problems],
+            "repair": report.repair_command(shown_output)}
 
 
 def main() -> None:

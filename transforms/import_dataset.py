@@ -27,8 +27,9 @@ from typing import Iterable, Iterator, NamedTuple, Optional, Sequence
 import apache_beam as beam
 
 from transforms import hub, progress, quality, storage
+from transforms.episode import damage as output_damage
 from transforms.episode import journal, output_state, paths, quirks
-from transforms.episode.media_index_table import MediaIndexPlan, damaged_shards, decide_run
+from transforms.episode.media_index_table import MediaIndexPlan, decide_run
 from transforms.episode.outcomes import failed_file
 from transforms.episode.quirks import ClipSpan, WarningRecord
 from transforms.errors import LeRobotImportError
@@ -155,14 +156,18 @@ class _CheckDataset(beam.DoFn):
         try:
             output_state.check_output(self._config.output_of(root))  # also when no launcher checked it first
             previous = self._previous_manifest(root)
+            damage = self._damage(root, previous)
         except LeRobotImportError as ex:  # the output's state names paths outside it: touch nothing of it
             failure = error_record(ex, dataset=root, episodes_file=None)
             yield beam.pvalue.TaggedOutput("reports", (root, DatasetReport(failures=(failure,))))
             return
-        if source is not None and not self._config.force and self._up_to_date(root, source, previous):
+        if (source is not None and not self._config.force and not damage
+                and self._up_to_date(root, source, previous)):
             self._skipped.inc()
             return
-        yield beam.pvalue.TaggedOutput("reports", (root, DatasetReport(sources=(source,))))
+        previous = output_damage.without_damage(previous, damage)
+        notes = tuple(damage.notes())
+        yield beam.pvalue.TaggedOutput("reports", (root, DatasetReport(sources=(source,), notes=notes)))
         try:
             files = episodes_files(root, skip_videos=self._config.skip_videos)
         except LeRobotImportError as ex:
@@ -174,7 +179,7 @@ class _CheckDataset(beam.DoFn):
                 failure = error_record(ex, dataset=root, episodes_file=None)
                 yield beam.pvalue.TaggedOutput("reports", (root, DatasetReport(failures=(failure,))))
                 return
-        report, leave, media = self._decide(root, previous)
+        report, leave, media = self._decide(root, previous, damage.shards)
         yield beam.pvalue.TaggedOutput("reports", (root, report))
         known = {s.episodes_file: s for s in report.file_sources}
         for rel in files:
@@ -212,10 +217,27 @@ class _CheckDataset(beam.DoFn):
             return None  # the output names another dataset's files (its clips' URIs): nothing carries over
         return previous
 
-    def _decide(self, root: str, previous: Optional[dict]
+    def _damage(self, root: str, previous: Optional[dict]) -> output_damage.OutputDamage:
+        """The parts and shards of the output that are not as `previous` records them (sizes; with
+        --verify-output, sha256s): what this run repairs. None are looked for with --force (all is redone).
+
+        Raises:
+            LeRobotImportError: rule `output_confinement` (a listed path outside the output).
+        """
+        if previous is None or self._config.force:
+            return output_damage.OutputDamage()
+        try:
+            return output_damage.find_damage(self._config.output_of(root), previous,
+                                             checksums=self._config.verify_output)
+        except OSError as ex:  # the output cannot be listed: the run's own writes meet it and say so
+            _LOG.warning("%s: cannot check the output against its manifest (%s)", root, ex)
+            return output_damage.OutputDamage()
+
+    def _decide(self, root: str, previous: Optional[dict], damaged: Sequence[str] = ()
                 ) -> tuple[DatasetReport, frozenset[str], Optional[MediaIndexPlan]]:
         """The sources of each episodes file, which ones this run leaves alone (unchanged or removed),
-        and what it does with the MP4s and media_index/ shards (None: it cannot tell, and imports all)."""
+        and what it does with the MP4s and media_index/ shards (None: it cannot tell, and imports all).
+        `damaged`: the shards found damaged, rebuilt with their MP4s read again."""
         try:
             scanned = sources.scan_dataset(root, self._config.output_options(), previous_manifest=previous)
         except Exception as ex:  # noqa: BLE001 - knowing what changed only saves work: the import itself
@@ -223,11 +245,6 @@ class _CheckDataset(beam.DoFn):
             _LOG.warning("cannot tell which episodes files of %s changed (%s); importing them all", root, ex)
             return DatasetReport(), frozenset(), None
         current = tuple(dataclasses.replace(f, rows=None) for f in scanned.files)
-        out = self._config.output_of(root)
-        damaged = damaged_shards(out, previous) if previous is not None and not self._config.force else []
-        for shard in damaged:
-            _LOG.warning("%s: media_index shard %s is missing or not the size the manifest records; it is rebuilt, "
-                         "its MP4s read again", root, shard)
         decisions, media = decide_run(
             current, previous, scanned.listing.token, dataset_file=lambda rel: storage.join(root, rel),
             inline_index=self._config.inline_index, force=self._config.force, damaged=damaged)

@@ -44,6 +44,7 @@ class ImportConfig:
     inline_index: bool = False
     skip_videos: bool = False
     force: bool = False  # redo datasets whose last import is up to date
+    verify_output: bool = False  # the up-to-date check compares the output's sha256s too (not sizes only)
     run_id: str = ""
     started_at: str = ""
     strict: frozenset[str] = frozenset()  # the quality checks whose findings fail their episodes files
@@ -246,6 +247,7 @@ class DatasetReport(_Merged):
     kept: tuple[KeptFile, ...] = ()  # episodes files left unchanged or removed by this run
     file_counts: tuple[FileCounts, ...] = ()  # per episodes file planned: what it lists
     quality: tuple[FileQuality, ...] = ()  # per episodes file checked: its findings' summary
+    notes: tuple[str, ...] = ()  # dataset-level notes for the manifest (what the run found damaged and repairs)
 
 
 def error_record(ex: LeRobotImportError, *, dataset: str, episodes_file: Optional[str]) -> FailureRecord:

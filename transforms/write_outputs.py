@@ -479,7 +479,8 @@ def finish_dataset(config: ImportConfig, root: str, report: DatasetReport) -> tu
                         dataset_failures=dataset_failures,
                         source=sources[0].to_json() if sources else None, run_id=config.run_id,
                         options=config.output_options(), warnings=warnings,
-                        notes=skip_videos_notes(report.mp4_failures) + unknown_files_notes(unknown),
+                        notes=list(report.notes) + skip_videos_notes(report.mp4_failures)
+                        + unknown_files_notes(unknown),
                         file_sources={s.episodes_file: s.to_manifest() for s in report.file_sources})
     doc["media_index_layout"] = paths.MEDIA_INDEX_LAYOUT
     doc["media_index_files"] = [s.to_json() for s in shards]

@@ -168,7 +168,8 @@ def bench_plan(root: Path, out: Path, episodes: int, per_meta: int) -> None:
 
 
 def _fake_import(out: Path, first) -> None:
-    """A manifest as an incremental import of `first` would leave it (no parts are needed to plan)."""
+    """A manifest as an incremental import of `first` would leave it, and its parts (empty: only their presence
+    is checked when no size is recorded)."""
     from transforms.episode.paths import MEDIA_INDEX_LAYOUT
     files = {}
     for f in first.files:
@@ -180,6 +181,10 @@ def _fake_import(out: Path, first) -> None:
     doc = {"dataset": first.dataset, "options": first.options, "episodes_files": files, "status": "imported",
            "video_versions": first.video_versions, "media_index_layout": MEDIA_INDEX_LAYOUT, "media_index_files": []}
     (out / "manifest.json").write_text(json.dumps(doc))
+    for entry in files.values():
+        for part in entry["parts"]:
+            (out / part).parent.mkdir(parents=True, exist_ok=True)
+            (out / part).touch()
 
 
 def _report(label: str, p, seconds: float) -> None:

@@ -8,6 +8,7 @@
     outcomes            a written part, an episodes file's outcome, the failures of a failed file
     output              parts, errors.jsonl and manifest.json, written atomically
     media_index_table   the media_index/ table (one row per MP4 with its MediaIndex)
+    damage              the parts and shards of an output no longer as its manifest records them
     paths               every path an import writes, relative to its output root
 """
 

@@ -300,25 +300,6 @@ def without_shards(previous: PreviousMediaIndex, shards: frozenset[str]) -> Prev
     return PreviousMediaIndex(versions, tuple(r for r in previous.shards if r.path not in shards))
 
 
-def damaged_shards(out_root: str, previous_manifest: Optional[Mapping[str, Any]]) -> list[str]:
-    """The shards the last manifest records that are missing, or not of the size it records (truncated,
-    overwritten): carrying a row from one would fail, so the run rebuilds them (`decide_run(damaged=)`).
-
-    One size request per shard; a damage that keeps the size is met when the shard is read, and the
-    shard is then rewritten from this run's rows (`update_media_index_shard`)."""
-    found = []
-    for record in previous_media_index(previous_manifest).shards:
-        try:
-            uri = output_state.confined(out_root, record.path, folder=paths.MEDIA_INDEX_DIR, what="media_index shard")
-            fs, path = storage.filesystem(uri)
-            size = storage.with_retries(lambda: fs.size(path))
-        except (OSError, LeRobotImportError):
-            size = None
-        if size != record.bytes:
-            found.append(record.path)
-    return found
-
-
 #: Why every episodes file of an output written in an older media_index/ layout is imported again.
 OLDER_LAYOUT = "older media_index layout"
 
@@ -340,7 +321,7 @@ def decide_run(files: Sequence[sources.EpisodesFileSources], previous_manifest: 
         dataset_file: MP4 path -> its URI.
         inline_index: the run writes each MediaIndex inside the episodes (no media_index/).
         force: redo everything.
-        damaged: shards found damaged (`damaged_shards`): rebuilt, every MP4 of them read again.
+        damaged: shards found damaged (`damage.find_damage`): rebuilt, every MP4 of them read again.
     """
     previous = without_shards(previous_media_index(previous_manifest), frozenset(damaged))
     videos = sorted({v for f in files for v in f.video_files})

@@ -38,6 +38,9 @@ _VERSION_KEYS = VERSION_KEYS + ("created",)
 IMPORT, UNCHANGED, REMOVED = "import", "unchanged", "removed"
 #: Manifest statuses of an episodes file whose output is complete and current for its recorded sources.
 GOOD_STATUSES = ("imported", "unchanged")
+#: The status a run gives, in the manifest it decides from, an episodes file whose output it found damaged
+#: (`transforms.episode.damage`): imported again, for `DAMAGED_REASON`.
+DAMAGED, DAMAGED_REASON = "damaged", "output damaged"
 #: Episodes files fetched at once from an object store.
 READ_THREADS = 16
 
@@ -405,6 +408,8 @@ def _action(src: EpisodesFileSources, prev: Optional[Mapping], force: bool) -> t
         return IMPORT, "no recorded sources"
     if prev["source_digest"] != src.digest:
         return IMPORT, "sources changed"
+    if prev.get("status") == DAMAGED:
+        return IMPORT, DAMAGED_REASON
     if prev.get("status") not in GOOD_STATUSES:
         return IMPORT, "failed last run"
     return UNCHANGED, "unchanged"
