@@ -34,11 +34,15 @@ from transforms.lerobot.episodes_files import DATA_SPAN_LIMIT, RowGroupLayout, p
 from transforms.lerobot.info import DatasetInfo
 from transforms.messages import ImportConfig
 
-#: Output bytes per byte of the episodes' data, when no earlier import of the output says better: the parts
-#: hold the same values, zstd where LeRobot's data files are snappy, without their per-episode row groups.
-#: Measured: 0.50-0.69 on the published datasets of the test corpus, 0.61 on bench_real_scale.py's random
-#: values; the next plan of an output learns its own ratio from the last import.
-DEFAULT_OUTPUT_RATIO = 0.6
+#: Output bytes per byte the episodes' data takes decoded (`PartPlan.decoded_bytes`), when no earlier import of
+#: the output says better: the parts hold the same values, zstd. Counted on the decoded size, not on the data
+#: files' bytes, because those depend on how the files were written: bench_real_scale.py's same frames take
+#: 120 MB in one row group per episode and 82 MB in one row group per file (a dictionary per column), 99.6 MB
+#: decoded either way, for 74.6 MB of output (0.75: random values, the least compressible). Measured on the
+#: published datasets of the test corpus: 0.66 (unitree_g1_av1), 0.37 (rebot_devarm, 80 KB of data). The next
+#: plan of an output learns its own ratio, per byte of data on disk, from the last import (whose files are
+#: those it reads again).
+DEFAULT_OUTPUT_RATIO = 0.65
 
 
 @dataclasses.dataclass(frozen=True)
@@ -70,6 +74,7 @@ class FilePlan:
     parts: int  # to write (import), kept (unchanged) or to remove (removed)
     data_bytes: int  # bytes of data its parts' episodes take (import)
     video_files: tuple[str, ...] = ()
+    decoded_bytes: int = 0  # what that data takes decoded (import)
     problem: Optional[str] = None  # why importing it would fail, as far as planning can tell
     sources: Optional[sources.EpisodesFileSources] = dataclasses.field(default=None, compare=False, repr=False)
 
@@ -114,14 +119,22 @@ class DatasetPlan:
         return sum(f.data_bytes for f in self._importing())
 
     @property
+    def decoded_bytes(self) -> int:
+        return sum(f.decoded_bytes for f in self._importing())
+
+    @property
     def estimated_output_bytes(self) -> int:
-        return int(round(self.data_bytes * self.output_ratio))
+        """The last import's output bytes per data byte times the data bytes, or without one the default
+        ratio times the decoded bytes (`DEFAULT_OUTPUT_RATIO`)."""
+        basis = self.decoded_bytes if self.ratio_source == "default" else self.data_bytes
+        return int(round(basis * self.output_ratio))
 
     def to_json(self) -> dict[str, Any]:
         return {
             "dataset": self.dataset, "output": self.output, "options": self.options, "problem": self.problem,
             "lease": self.lease, "counts": self.counts, "parts": self.parts, "episodes": self.episodes,
-            "data_bytes": self.data_bytes, "data_bytes_to_read": self.data_bytes_to_read,
+            "data_bytes": self.data_bytes, "decoded_bytes": self.decoded_bytes,
+            "data_bytes_to_read": self.data_bytes_to_read,
             "mp4s_to_read": list(self.mp4s_to_read), "estimated_output_bytes": self.estimated_output_bytes,
             "output_ratio": self.output_ratio, "ratio_source": self.ratio_source, "repairs": list(self.repairs),
             "episodes_files": [{k: v for k, v in dataclasses.asdict(f).items() if k != "sources"}
@@ -207,7 +220,7 @@ def _file_plan(scanned: sources.DatasetSources, decision: sources.EpisodesFileDe
     if decision.action != sources.IMPORT:
         return FilePlan(decision.episodes_file, decision.action, decision.reason, int(prev.get("episodes") or 0),
                         len(prev.get("parts") or ()), 0, tuple(src.video_files) if src else (), sources=src)
-    problem, episodes, parts, data_bytes = src.problem, 0, 0, src.data_bytes
+    problem, episodes, parts, data_bytes, decoded = src.problem, 0, 0, src.data_bytes, src.data_bytes
     if problem is None:
         try:
             rows = src.rows if src.rows is not None else _read_rows(scanned.root, scanned.info, src.episodes_file)
@@ -217,10 +230,11 @@ def _file_plan(scanned: sources.DatasetSources, decision: sources.EpisodesFileDe
                                (lambda f: _layout(scanned, f, layouts)), limit=int(options["data_span_limit"]),
                                one_part=bool(options["one_part"]), file=src.episodes_file)
             episodes, parts, data_bytes = len(rows), len(plans), sum(p.data_bytes for p in plans)
+            decoded = sum(p.decoded_bytes for p in plans)
         except LeRobotImportError as ex:
             problem = str(ex)
     return FilePlan(decision.episodes_file, decision.action, decision.reason, episodes, parts, data_bytes,
-                    src.video_files, problem, sources=src)
+                    src.video_files, decoded, problem, sources=src)
 
 
 def _read_rows(root: str, info: DatasetInfo, rel: str):
@@ -328,8 +342,8 @@ def render(p: DatasetPlan, *, every_file: bool = False) -> str:
     if c["import"]:
         lines.append(f"  would write {p.parts} parts of {p.episodes} episodes, reading {_size(p.data_bytes_to_read)} "
                      f"of data files and the MediaIndex of {len(p.mp4s_to_read)} MP4s; "
-                     f"~{_size(p.estimated_output_bytes)} out ({p.output_ratio:.2f} output bytes per data byte, "
-                     f"{p.ratio_source})")
+                     f"~{_size(p.estimated_output_bytes)} out ({p.output_ratio:.2f} output bytes per "
+                     f"{'decoded ' if p.ratio_source == 'default' else ''}data byte, {p.ratio_source})")
     for f in p.files:
         if f.action == sources.UNCHANGED and not every_file:
             continue

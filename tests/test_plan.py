@@ -62,7 +62,8 @@ def test_first_import_plan_of_generated_metadata(tmp_path):
     assert p.data_bytes_to_read == data_size
     assert len(p.mp4s_to_read) == 20 and p.mp4s_to_read[0] == "videos/observation.images.cam0/chunk-000/file-000.mp4"
     assert (p.output_ratio, p.ratio_source) == (plan.DEFAULT_OUTPUT_RATIO, "default")
-    assert p.estimated_output_bytes == int(round(p.data_bytes * plan.DEFAULT_OUTPUT_RATIO))
+    assert p.decoded_bytes == p.data_bytes  # its data file is no Parquet: its size spread over its rows
+    assert p.estimated_output_bytes == int(round(p.decoded_bytes * plan.DEFAULT_OUTPUT_RATIO))
     assert {f.reason for f in p.files} == {"new"} and p.lease is None
     assert not out.exists(), "a plan writes nothing"
 
@@ -149,7 +150,7 @@ def test_command_line_single_bulk_and_json(tmp_path, capsys):
     assert printed[0] == (f"file://{base / 'alpha'} -> file://{out}: 2 episodes files to import, 0 unchanged, "
                           "0 to remove")
     assert printed[1].startswith("  would write 2 parts of 100 episodes, reading 2.2 MB of data files and the "
-                                 "MediaIndex of 2 MP4s; ~2.7 MB out (0.60 output bytes per data byte, default)")
+                                 "MediaIndex of 2 MP4s; ~2.9 MB out (0.65 output bytes per decoded data byte, default)")
     assert printed[2] == f"  import    {EF.format(0)} (new): 50 episodes, 1 parts, 2.2 MB of data"
     assert plan.run(["--datasets", str(base / "*"), "--output", str(out), "--json"]) == 0
     doc = json.loads(capsys.readouterr().out)
@@ -171,3 +172,29 @@ def test_command_line_unimportable_dataset_and_lease(tmp_path, capsys):
     shutil.rmtree(root / "meta")
     with pytest.raises(SystemExit, match="is the dataset root"):
         plan.run(["--dataset", str(root), "--output", str(root)])
+
+
+def test_estimate_does_not_depend_on_the_data_files_row_groups(tmp_path):
+    """The same frames in one row group per episode and in one row group per file (LeRobot's first v3 writer)
+    take other bytes on disk (a dictionary per column chunk) but the same decoded bytes, from which a plan
+    without an earlier import estimates the output: one estimate for both, and both imports write the same."""
+    from tests.dataset_factory import DatasetSpec, write_dataset
+    features = {"observation.state": {"dtype": "float32", "shape": [16], "names": None},
+                "action": {"dtype": "float32", "shape": [16], "names": None}}
+    lengths = (150, 230, 310, 180) * 5
+    plans, outputs = {}, {}
+    for layout, rows_per_group in (("episode", None), ("file", 1 << 20)):
+        root = write_dataset(tmp_path / layout, DatasetSpec(lengths=lengths, features=features,
+                                                            episodes_per_meta_file=10, rows_per_group=rows_per_group))
+        plans[layout] = plan.plan_dataset(str(root), str(tmp_path / f"out-{layout}"), OPTIONS)
+        assert run_import(root, tmp_path / f"out-{layout}") == 0
+        outputs[layout] = json.loads((tmp_path / f"out-{layout}" / "manifest.json").read_text())["totals"]["bytes"]
+    episode, whole = plans["episode"], plans["file"]
+    assert episode.data_bytes != whole.data_bytes  # on disk the layouts differ
+    # decoded: per frame 2 x 16 float32, float32 timestamp, int64 frame_index, episode_index, index, task_index
+    assert episode.decoded_bytes == whole.decoded_bytes == sum(lengths) * (2 * 16 * 4 + 4 + 4 * 8)
+    assert [f.decoded_bytes for f in whole.files] == [sum(lengths[:10]) * 164, sum(lengths[10:]) * 164]
+    assert episode.ratio_source == whole.ratio_source == "default"
+    assert episode.estimated_output_bytes == whole.estimated_output_bytes == round(
+        sum(lengths) * 164 * plan.DEFAULT_OUTPUT_RATIO)
+    assert outputs["episode"] == outputs["file"]

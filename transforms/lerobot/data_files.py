@@ -92,6 +92,7 @@ def row_group_layout(pf: pq.ParquetFile, columns: Sequence[str], *, file: str) -
     groups = [md.row_group(g) for g in range(md.num_row_groups)]
     rows = np.array([g.num_rows for g in groups], np.int64)
     group_bytes = np.array([sum(max(0, g.column(j).total_compressed_size) for j in leaves) for g in groups], np.int64)
+    decoded = np.array([sum(_decoded_size(g.column(j)) for j in leaves) for g in groups], np.int64)
     first_index = 0
     first_group = next((g for g in range(len(groups)) if rows[g]), None)
     if first_group is not None:
@@ -106,7 +107,20 @@ def row_group_layout(pf: pq.ParquetFile, columns: Sequence[str], *, file: str) -
             except (TypeError, ValueError):
                 raise LeRobotImportError("column_type", f"the data file's `index` column is {index.type}, not "
                                          "integers", file=file) from None
-    return RowGroupLayout(first_index, np.concatenate([[0], np.cumsum(rows)]).astype(np.int64), group_bytes)
+    return RowGroupLayout(first_index, np.concatenate([[0], np.cumsum(rows)]).astype(np.int64), group_bytes, decoded)
+
+
+#: Bytes per value of Parquet's fixed-width physical types.
+_VALUE_BYTES = {"BOOLEAN": 1, "INT32": 4, "FLOAT": 4, "INT64": 8, "DOUBLE": 8, "INT96": 12}
+
+
+def _decoded_size(chunk: pq.ColumnChunkMetaData) -> int:
+    """A column chunk's bytes once decoded, from the footer: its values times their width (whatever the
+    encoding: a dictionary or plain pages, snappy or zstd), or its uncompressed size for strings."""
+    width = _VALUE_BYTES.get(chunk.physical_type)
+    if width is None:
+        return max(0, chunk.total_uncompressed_size)
+    return max(0, chunk.num_values) * width
 
 
 def read_row_group_layout(root: str, relative: str, info: DatasetInfo) -> Optional[RowGroupLayout]:

@@ -79,6 +79,10 @@ class PartPlan:
     data_bytes: int
     limit: int = DATA_SPAN_LIMIT
     read_unit: str = ""
+    #: what the same rows take once decoded (`RowGroupLayout.decoded_bytes`, pro rata by rows): unlike their
+    #: bytes on disk, it does not depend on how the data files were encoded (one row group per episode or
+    #: one per file), so `plan` estimates the output from it
+    decoded_bytes: int = 0
 
     @property
     def oversized(self) -> bool:
@@ -95,6 +99,9 @@ class RowGroupLayout:
     first_index: int
     starts: np.ndarray  # int64, one per row group plus the total row count
     group_bytes: np.ndarray  # int64, one per row group
+    #: per row group, the bytes its columns take decoded (values times their width; strings as stored
+    #: uncompressed); None: taken as `group_bytes`
+    decoded_bytes: Optional[np.ndarray] = None
 
     def rows(self, from_index: np.ndarray, to_index: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """The [first, end) rows of frame ranges, clamped into the file (an estimate: the write step
@@ -103,10 +110,11 @@ class RowGroupLayout:
         first = np.clip(np.asarray(from_index, np.int64) - self.first_index, 0, total)
         return first, np.clip(np.asarray(to_index, np.int64) - self.first_index, first, total)
 
-    def bytes_of(self, first: np.ndarray, end: np.ndarray) -> np.ndarray:
-        """Bytes of the rows [first, end): whole row groups, and a row group's bytes pro rata by rows where
-        a range holds only some of its rows."""
-        cumulative = np.concatenate([[0], np.cumsum(self.group_bytes)]).astype(np.float64)
+    def bytes_of(self, first: np.ndarray, end: np.ndarray, *, decoded: bool = False) -> np.ndarray:
+        """Bytes of the rows [first, end) on disk (or `decoded`): whole row groups, and a row group's bytes
+        pro rata by rows where a range holds only some of its rows."""
+        per_group = self.decoded_bytes if decoded and self.decoded_bytes is not None else self.group_bytes
+        cumulative = np.concatenate([[0], np.cumsum(per_group)]).astype(np.float64)
         return np.interp(end, self.starts, cumulative) - np.interp(first, self.starts, cumulative)
 
     def shares(self, first: np.ndarray, end: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -563,7 +571,7 @@ def plan_parts(rows: Sequence[EpisodeRow], data_file_size: Callable[[str], int],
     if one_part:
         positions = tuple(r.position for r in rows)
         return [PartPlan(0, positions, tuple(sizes), int(round(sum(s.bytes for s in sized))), limit,
-                         _read_unit(sized))]
+                         _read_unit(sized), int(round(sum(s.decoded for s in sized))))]
     parts: list[PartPlan] = []
     current: list[_Sized] = []
     for s in sized:
@@ -585,6 +593,7 @@ class _Sized:
     before: bool  # its first row group holds rows before it
     after: bool  # its last row group holds rows after it
     aligned: bool  # its data file has no row group shared by two episodes of this episodes file
+    decoded: float = 0.0  # its bytes once decoded
 
 
 def _episode_sizes(rows: Sequence[EpisodeRow], sizes: dict[str, int],
@@ -598,14 +607,15 @@ def _episode_sizes(rows: Sequence[EpisodeRow], sizes: dict[str, int],
         found = layout(data_file)
         if found is None:  # the file's size spread over the rows read from it; its read fails anyway
             each = sizes[data_file] / len(file_rows)
-            out.update((r.position, _Sized(r, each, False, False, True)) for r in file_rows)
+            out.update((r.position, _Sized(r, each, False, False, True, each)) for r in file_rows)
             continue
         first, end = found.rows(np.array([r.from_index for r in file_rows]), np.array([r.to_index for r in file_rows]))
         nbytes = found.bytes_of(first, end)
+        decoded = found.bytes_of(first, end, decoded=True)
         before, after = found.shares(first, end)
         aligned = not (before.any() or after.any())
-        out.update((r.position, _Sized(r, float(b), bool(x), bool(y), aligned))
-                   for r, b, x, y in zip(file_rows, nbytes, before, after))
+        out.update((r.position, _Sized(r, float(b), bool(x), bool(y), aligned, float(d)))
+                   for r, b, x, y, d in zip(file_rows, nbytes, before, after, decoded))
     return [out[r.position] for r in rows]
 
 
@@ -641,4 +651,4 @@ def _read_unit(part: Sequence[_Sized]) -> str:
 def _part(number: int, part: Sequence[_Sized], limit: int) -> PartPlan:
     files = tuple(dict.fromkeys(s.row.data_file for s in part))
     return PartPlan(number, tuple(s.row.position for s in part), files, int(round(_bytes(part))), limit,
-                    _read_unit(part))
+                    _read_unit(part), int(round(sum(s.decoded for s in part))))
