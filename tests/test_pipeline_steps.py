@@ -68,7 +68,9 @@ def test_check_lists_episodes_files_and_fails_a_dataset_without_any(tmp_path):
         checked = p | beam.Create([good, empty]) | CheckDatasets(config)
         assert_that(checked.reports | beam.FlatMapTuple(lambda root, r: [root] * len(r.sources)),
                     equal_to([good, empty]), label="sources")
-        assert_that(checked.episodes_files, equal_to([(good, FILE0), (good, FILE1)]), label="files")
+        # each file with the rows read to find its sources: planning does not read it again
+        assert_that(checked.episodes_files | beam.Map(lambda e: (e[0], e[1], tuple(r.episode_index for r in e[2]))),
+                    equal_to([(good, FILE0, (0,)), (good, FILE1, (1,))]), label="files")
         assert_that(checked.reports | beam.FlatMapTuple(lambda root, r: [(
                         root, f.episodes_file, f.rule, f.file, "the dataset has no episodes files" in f.message)
                         for f in r.failures]),
@@ -92,7 +94,7 @@ def test_check_skips_a_dataset_whose_last_import_is_up_to_date(tmp_path):
     (out / "manifest.json").write_text("{not json")
     with _pipeline() as p:
         checked = p | beam.Create([root]) | CheckDatasets(config)
-        assert_that(checked.episodes_files, equal_to([(root, FILE0)]), label="files")
+        assert_that(checked.episodes_files | beam.Map(lambda e: e[:2]), equal_to([(root, FILE0)]), label="files")
 
 
 # ---- PlanEpisodesFiles -----------------------------------------------------------------------------
@@ -142,6 +144,21 @@ def test_plan_fails_an_unreadable_episodes_file_with_its_rule(tmp_path):
                                                                       for o in rep.outcomes]),
                     equal_to([(FILE1, "failed", ["episodes_file"])]), label="outcomes")
         assert_that(plans.to_parts | beam.Keys(), equal_to([(root, FILE0, 0)]), label="headers")
+
+
+def test_plan_uses_the_rows_the_check_step_read(tmp_path):
+    """Given the rows the check step read, planning does not read the episodes file again (here it is gone)."""
+    from transforms.lerobot.dataset import read_info
+    from transforms.lerobot.episodes_files import read_episodes_file
+    ds = write_dataset(tmp_path / "ds", DatasetSpec(lengths=(3, 4), episodes_per_meta_file=1))
+    root = _uri(ds)
+    rows = tuple(read_episodes_file(root, FILE1, read_info(root)))
+    (ds / FILE1).unlink()
+    config = ImportConfig(targets=((root, _uri(tmp_path / "out")),))
+    with _pipeline() as p:
+        plans = p | beam.Create([(root, FILE0), (root, FILE1, rows)]) | PlanEpisodesFiles(config)
+        assert_that(plans.to_parts | beam.MapTuple(lambda key, i: (key, [r.episode_index for r in i.headers[0].rows])),
+                    equal_to([((root, FILE0, 0), [0]), ((root, FILE1, 0), [1])]), label="headers")
 
 
 # ---- ReadMp4Facts ----------------------------------------------------------------------------------

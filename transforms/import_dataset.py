@@ -179,13 +179,14 @@ class _CheckDataset(beam.DoFn):
                 failure = error_record(ex, dataset=root, episodes_file=None)
                 yield beam.pvalue.TaggedOutput("reports", (root, DatasetReport(failures=(failure,))))
                 return
-        report, leave, media = self._decide(root, previous, damage.shards)
+        report, leave, media, read = self._decide(root, previous, damage.shards)
         yield beam.pvalue.TaggedOutput("reports", (root, report))
         known = {s.episodes_file: s for s in report.file_sources}
         for rel in files:
             if rel not in leave:
                 progress.add(episodes_files=1)
-                yield root, rel
+                # the rows read to tell what changed go with the file: planning does not read it again
+                yield (root, rel, read[rel]) if rel in read else (root, rel)
                 if rel in known:  # the commit records the file's manifest entry, sources included, at once
                     yield beam.pvalue.TaggedOutput("file_sources", ((root, rel), FileInputs(sources=(known[rel],))))
         if media is not None:
@@ -234,16 +235,17 @@ class _CheckDataset(beam.DoFn):
             return output_damage.OutputDamage()
 
     def _decide(self, root: str, previous: Optional[dict], damaged: Sequence[str] = ()
-                ) -> tuple[DatasetReport, frozenset[str], Optional[MediaIndexPlan]]:
+                ) -> tuple[DatasetReport, frozenset[str], Optional[MediaIndexPlan], dict]:
         """The sources of each episodes file, which ones this run leaves alone (unchanged or removed),
-        and what it does with the MP4s and media_index/ shards (None: it cannot tell, and imports all).
+        what it does with the MP4s and media_index/ shards (None: it cannot tell, and imports all), and
+        the validated rows of the v3 episodes files read to find their sources (by path).
         `damaged`: the shards found damaged, rebuilt with their MP4s read again."""
         try:
             scanned = sources.scan_dataset(root, self._config.output_options(), previous_manifest=previous)
         except Exception as ex:  # noqa: BLE001 - knowing what changed only saves work: the import itself
             # meets whatever broke here (an info.json too deep to parse, an unreadable file) and reports it
             _LOG.warning("cannot tell which episodes files of %s changed (%s); importing them all", root, ex)
-            return DatasetReport(), frozenset(), None
+            return DatasetReport(), frozenset(), None, {}
         current = tuple(dataclasses.replace(f, rows=None) for f in scanned.files)
         decisions, media = decide_run(
             current, previous, scanned.listing.token, dataset_file=lambda rel: storage.join(root, rel),
@@ -259,7 +261,9 @@ class _CheckDataset(beam.DoFn):
         carried = tuple((rel, media.tokens[rel]) for rel in sorted(media.carried))
         report = DatasetReport(file_sources=current, kept=tuple(kept), warnings=_kept_warnings(root, previous, kept),
                                index_kept=media.kept_shards, video_versions=carried)
-        return report, frozenset(k.episodes_file for k in kept), media
+        read = {f.episodes_file: f.rows for f in scanned.files
+                if f.rows is not None and f.problem is None and not v2.is_group(f.episodes_file)}
+        return report, frozenset(k.episodes_file for k in kept), media, read
 
     def _up_to_date(self, root: str, source: dataset_fingerprint.Fingerprint, previous: Optional[dict]) -> bool:
         if previous is None or not dataset_fingerprint.up_to_date(previous, source, self._config.output_options()):
@@ -348,7 +352,8 @@ class PlanEpisodesFiles(beam.PTransform):
     Args:
         config: the run's configuration.
 
-    Input: (root, episodes file). Returns: `PlannedFiles`.
+    Input: (root, episodes file), or (root, episodes file, its rows) when the check step read them (the
+    file is then not read again). Returns: `PlannedFiles`.
     """
 
     def __init__(self, config: ImportConfig) -> None:
@@ -390,9 +395,9 @@ class _PlanEpisodesFile(beam.DoFn):
             self._layouts[key] = data_files.read_row_group_layout(root, rel, info)
         return self._layouts[key]
 
-    def process(self, element: tuple[str, str]) -> Iterator:
-        root, rel = element
-        planned = self._plan(root, rel)
+    def process(self, element: tuple) -> Iterator:
+        root, rel = element[:2]
+        planned = self._plan(root, rel, element[2] if len(element) > 2 else None)
         if isinstance(planned, DatasetReport):
             progress.add(episodes_files_planned=1, episodes_files_done=1, episodes_files_failed=1)
             yield beam.pvalue.TaggedOutput("reports", (root, planned))
@@ -401,22 +406,26 @@ class _PlanEpisodesFile(beam.DoFn):
         progress.add(episodes_files_planned=1, episodes_planned=len(rows), frames_planned=sum(r.length for r in rows))
         yield from _plan_messages(root, rel, *planned)
 
-    def _plan(self, root: str, rel: str) -> tuple | DatasetReport:
-        """(info, rows, parts) of an episodes file, or the report of its failure (every episode accounted)."""
+    def _plan(self, root: str, rel: str, read: Optional[Sequence[episodes_metadata.EpisodeRow]] = None
+              ) -> tuple | DatasetReport:
+        """(info, rows, parts) of an episodes file, or the report of its failure (every episode accounted).
+        `read`: its rows as the check step read them (then the file is not read again)."""
         if v2.is_group(rel):
             return self._plan_v2_group(root, rel)
         source = None
         try:
-            source = episodes_metadata.open_episodes_file(root, rel)
+            if read is None:
+                source = episodes_metadata.open_episodes_file(root, rel)
             info = load_info(root, skip_videos=self._config.skip_videos)
-            rows = episodes_metadata.read_episode_rows(source, info, file=rel)
+            rows = list(read) if read is not None else episodes_metadata.read_episode_rows(source, info, file=rel)
             parts = episodes_metadata.plan_parts(rows, lambda f: self._data_file_size(root, f),
                                                  lambda f: self._layout(root, f, info),
                                                  limit=self._config.data_span_limit,
                                                  one_part=self._config.one_part, file=rel)
             return info, rows, parts
         except LeRobotImportError as ex:
-            episodes = episodes_metadata.episode_indices(source) if source is not None else ()
+            episodes = (tuple(r.episode_index for r in read) if read is not None else
+                        episodes_metadata.episode_indices(source) if source is not None else ())
             return DatasetReport(outcomes=(failed_file(root, rel, episodes,
                                                        [error_record(ex, dataset=root, episodes_file=rel)]),))
         finally:

@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import shutil
 import sys
 import tempfile
@@ -102,6 +103,7 @@ def bench_import(work: Path, row_groups: str, rounds: int, reuse: bool = False) 
           f"(2 AV1 cameras, {SAMPLES_PER_MP4} samples max, g=2, sparse mdat); "
           f"{len(list((root / 'meta' / 'episodes').rglob('*.parquet')))} episodes files")
 
+    print(f"load average at the start: {os.getloadavg()[0]:.2f} (2 cores shared: wall figures are noisy)")
     from pipelines import plan
     t0 = time.perf_counter()
     (planned,) = [plan.plan_dataset(str(root), str(work / "out-plan"), plan.output_options(plan.PlanSettings()))]
@@ -144,6 +146,9 @@ def bench_import(work: Path, row_groups: str, rounds: int, reuse: bool = False) 
     print(f"wall: import {m.wall:.2f} s vs floor {floor.wall:.2f} s = {m.wall / floor.wall:.2f}x (target <= 3x); "
           f"rounds: import {', '.join(f'{i.wall:.2f}' for i, _ in imports)}, floor "
           f"{', '.join(f'{f.wall:.2f}' for f in floors)}")
+    cpu_import, cpu_floor = min(i.cpu_total for i, _ in imports), min(f.cpu_total for f in floors)
+    print(f"cpu (user + system, process tree): import {cpu_import:.2f} s vs floor {cpu_floor:.2f} s = "
+          f"{cpu_import / cpu_floor:.2f}x; load average at the end {os.getloadavg()[0]:.2f}")
     print(f"peak RSS: import {peak:,.0f} MB (largest process; {tree_peak:,.0f} MB summed over its "
           f"{len(m.peaks)} processes), floor {max(kb for _, kb in floor.peaks.values()) / 1024:,.0f} MB "
           f"(target <= 1 GB)")
