@@ -6,6 +6,7 @@ item copies a file's index (the logical record with its index filled in is never
 from __future__ import annotations
 
 import json
+import os
 import shutil
 
 import numpy as np
@@ -21,6 +22,7 @@ from tests.helpers import copy_dataset, lerobot_dataset, run_import  # noqa: E40
 from tests.test_frames_dataset import _compare, _equal_items, _recorded  # noqa: E402
 from transforms.reader import import_reader, seek  # noqa: E402
 from transforms.reader import episode as episode_module  # noqa: E402
+from transforms.errors import LeRobotImportError  # noqa: E402
 from transforms.reader.frames import ImportedFrames  # noqa: E402
 
 LENGTHS = [10, 12, 8, 14, 10, 12, 9, 11]
@@ -170,7 +172,8 @@ def test_each_shard_opened_and_each_index_read_once_per_process(layouts, name, c
     seen = [ds[i] for i in order + order[:20]]
     # one process: every shard opened once, every file's tables built once, whatever the number of items
     assert seen[-1]["_shards_opened"] == shards and seen[-1]["_tracks_built"] == files == _BUILT["n"]
-    assert ds._reader().media_index.row_groups_read == files  # one row group per file, read once
+    # each row group read once: the small MP4s of a camera share their shard's one row group
+    assert ds._reader().media_index.row_groups_read == shards < files
 
 
 def test_each_shard_opened_once_per_dataloader_worker(layouts, counted_builds):
@@ -254,3 +257,33 @@ def test_a_window_in_one_gop_is_one_read(layouts):
     item = ds[ds.episode_bounds[1][0] + pos]
     assert item["observation.images.top"].shape[0] == 2
     assert ds.gop_cache.streams_started == 2 and ds.gop_cache.stats.requests == 2
+
+
+def test_local_video_files_are_read_with_pread_on_one_descriptor(layouts, tmp_path, monkeypatch):
+    """A local MP4 is opened once per process and read by os.pread (no fsspec open per read); other URLs keep
+    fsspec's reader. The bytes and the counts are the same either way."""
+    import fsspec
+
+    from transforms.mp4 import ranges
+    from transforms.reader import gop_cache
+
+    opened = []
+    real_open = os.open
+    monkeypatch.setattr(gop_cache.os, "open", lambda path, *a: opened.append(path) or real_open(path, *a))
+    ds = ImportedFrames(layouts["many"])
+    for i in (0, 5, 1, len(ds) - 1, 2):
+        ds[i]
+    readers = list(ds.gop_cache._files.values())
+    assert readers and all(isinstance(r, gop_cache.LocalRangeReader) for r in readers)
+    assert sorted(p for p in opened if p.endswith(".mp4")) == sorted(r.path for r in readers)  # one descriptor each
+    path = readers[0].path
+    data = open(path, "rb").read()
+    counter = gop_cache.storage.ReadCounter()
+    local = gop_cache.open_range_reader(f"file://{path}", counter)
+    assert local.read_ranges([0, 100], [8, 164]) == [data[:8], data[100:164]] and local.size == len(data)
+    assert (counter.requests, counter.bytes_read) == (2, 72)
+    fsspec.filesystem("memory").pipe("/v/x.mp4", data)
+    remote = gop_cache.open_range_reader("memory://v/x.mp4", counter)
+    assert isinstance(remote, ranges.FsspecRangeReader) and remote.read_ranges([100], [164]) == [data[100:164]]
+    with pytest.raises(LeRobotImportError, match=r"video file .*nothing\.mp4 does not exist"):
+        gop_cache.open_range_reader(str(tmp_path / "nothing.mp4"), counter).read_ranges([0], [1])

@@ -670,6 +670,26 @@ def _index_rows(n: int, version: str = "v1"):
                      read_media_index(LOCAL, str(p)).index) for i, p in enumerate(mp4s)]
 
 
+def test_shard_row_groups_hold_consecutive_rows_within_the_byte_budget(monkeypatch):
+    import io
+
+    import pyarrow.parquet as pq
+
+    from transforms.reader.seek import TrackTables
+    mit = _table_module()
+    assert mit.row_group_bounds(np.array([10, 10, 10]), budget=25) == [(0, 2), (2, 3)]
+    assert mit.row_group_bounds(np.array([30, 5, 5, 40]), budget=25) == [(0, 1), (1, 3), (3, 4)]
+    assert mit.row_group_bounds(np.array([], np.int64)) == []
+    rows = _index_rows(3)
+    table = mit.media_index_table(rows)
+    samples = [len(TrackTables.from_media_index(r.index).size) for r in rows]
+    assert mit._row_bytes(table).tolist() == [n * mit._SAMPLE_BYTES + mit._INDEX_BYTES for n in samples]
+    assert pq.ParquetFile(io.BytesIO(mit.shard_bytes(table))).metadata.num_row_groups == 1
+    monkeypatch.setattr(mit, "ROW_GROUP_BYTES", mit._INDEX_BYTES + min(samples) * mit._SAMPLE_BYTES)
+    md = pq.ParquetFile(io.BytesIO(mit.shard_bytes(table))).metadata
+    assert [md.row_group(g).num_rows for g in range(md.num_row_groups)] == [1, 1, 1]
+
+
 def test_update_shard_carries_kept_rows_replaces_read_ones_and_drops_the_rest(tmp_path):
     import pyarrow.parquet as pq
     mit = _table_module()
@@ -678,8 +698,8 @@ def test_update_shard_carries_kept_rows_replaces_read_ones_and_drops_the_rest(tm
     first = mit.update_media_index_shard(out, shard, [c, a, b], keep=frozenset())
     path = tmp_path / shard
     assert (first.action, first.record.rows, first.record.bytes) == ("written", 3, path.stat().st_size)
-    assert pq.read_table(path).column("uri").to_pylist() == [a.uri, b.uri, c.uri]  # sorted, one row group each
-    assert pq.ParquetFile(path).metadata.num_row_groups == 3
+    assert pq.read_table(path).column("uri").to_pylist() == [a.uri, b.uri, c.uri]  # sorted
+    assert pq.ParquetFile(path).metadata.num_row_groups == 1  # small indexes share a row group
     mtime = path.stat().st_mtime_ns
     same = mit.update_media_index_shard(out, shard, [], keep=frozenset({a.uri, b.uri, c.uri}))
     assert (same.action, same.record) == ("unchanged", first.record) and path.stat().st_mtime_ns == mtime

@@ -281,12 +281,13 @@ def test_logical_episodes_equal_inline_output(imported, name):
                 assert got.equals(row), (name, part, i)
                 order.append(row.column("episode_index")[0].as_py())
     assert [ep.episode_index for ep in ImportReader(str(default))] == order
-    # Inline parts read back unchanged; each MP4's index row group was fetched once.
+    # Inline parts read back unchanged; each row group holding an MP4's index was fetched once.
     assert all(ep.to_arrow().equals(ImportReader(str(inline)).episode(ep.episode_index).to_arrow())
                for ep in ImportReader(str(inline)))
     if name != "images_and_tensors":
         uris = {ep.video(c).uri for ep in ImportReader(str(default)) for c in ep.cameras}
-        assert reader.media_index.row_groups_read == len(uris)
+        groups = {g for u in uris for g in reader.media_index._candidates(u)}
+        assert reader.media_index.row_groups_read == len(groups) <= len(uris)  # small MP4s share row groups
 
 
 def test_episode_lookup_reads_one_row_group(tmp_path):

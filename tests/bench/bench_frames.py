@@ -516,6 +516,18 @@ def measure_side(spec: dict) -> dict:
         if spec["side"] == "pyav":
             ds = PyAVBaseline(spec["dataset"])
             return PyAVBaseline(spec["dataset"], _windows(ds.cameras) if windows else None)
+        if spec["side"].startswith("lerobot:"):  # run by --lerobot-python, LeRobot's own loader
+            os.environ.setdefault("HF_HUB_OFFLINE", "1")
+            import logging
+            import warnings
+
+            warnings.filterwarnings("ignore")
+            logging.disable(logging.WARNING)
+            from lerobot.datasets.lerobot_dataset import LeRobotDataset
+            backend = spec["side"].split(":", 1)[1]
+            ds = LeRobotDataset("bench/local", root=spec["dataset"], video_backend=backend)
+            return LeRobotDataset("bench/local", root=spec["dataset"], video_backend=backend,
+                                  delta_timestamps=_windows(ds.meta.video_keys)) if windows else ds
         from transforms.reader import ImportedFrames
         ds = ImportedFrames(spec["import"], **kw)
         return ImportedFrames(spec["import"], delta_timestamps=_windows(ds.cameras), **kw) if windows else ds
@@ -532,7 +544,7 @@ def measure_side(spec: dict) -> dict:
     make(False)[0]  # untimed: the first item of a process imports the decoders' modules
     out: dict = {}
     runs = [("random", "random", False, {}), ("random windows", "random", True, {})]
-    if spec["side"] != "pyav":
+    if spec["side"] == "ours":
         runs += [("random warm", "random", False, {}), ("sequential", "sequential", False, {}),
                  ("gop-block", "gop-block", False, {})]
         import inspect
@@ -585,8 +597,11 @@ def measure_side(spec: dict) -> dict:
 def run_side(side: str, code: Optional[str], dataset: Path, out: Path, orders: Path, args) -> Optional[dict]:
     spec = {"side": side, "dataset": str(dataset), "import": str(out), "orders": str(orders), "items": args.items,
             "seconds": args.seconds}
+    python = sys.executable
     env = dict(os.environ, PYTHONPATH=code or str(REPO), OMP_NUM_THREADS="1")
-    proc = subprocess.run([sys.executable, str(HERE), "--measure", json.dumps(spec)], capture_output=True, text=True,
+    if side.startswith("lerobot:"):  # LeRobot's interpreter, none of this project's code on its path
+        python, env["PYTHONPATH"] = args.lerobot_python, ""
+    proc = subprocess.run([python, str(HERE), "--measure", json.dumps(spec)], capture_output=True, text=True,
                           env=env, cwd="/tmp", timeout=3600)
     for line in proc.stdout.splitlines():
         if line.startswith("MEASURE-RESULT "):
@@ -610,7 +625,7 @@ def _print_table(table: list, metric: str) -> None:
             print(f"| {shape} | {side} | " + " | ".join(fmt(get(m, c), ".1f") for c in cols)
                   + f" | {fmt(m.get('loader', {}).get('first_batch_s'), '.2f')}"
                   f" | {fmt(lw.get('worker_rss_mb'))} / {fmt(lw.get('worker_uss_mb'))} |")
-        for other in ("pyav", "main"):
+        for other in ["pyav", "main"] + [s for s in med if s.startswith("lerobot")]:
             if other in med and "ours" in med:
                 ratio = [fmt(get(med["ours"], c) / get(med[other], c), ".2f")
                          if get(med[other], c) and get(med["ours"], c) else "-" for c in cols]
@@ -627,6 +642,18 @@ def layouts_main(args) -> None:
     work = Path(args.workdir or tempfile.mkdtemp(prefix="bench_frames_"))
     work.mkdir(parents=True, exist_ok=True)
     sides = [("ours", None)] + ([("main", args.compare_with)] if args.compare_with else []) + [("pyav", None)]
+    lerobot_note = "LeRobot's own columns could not be measured: no --lerobot-python given"
+    if args.lerobot_python:
+        probe = subprocess.run([args.lerobot_python, "-c", "import lerobot; print(lerobot.__version__)"],
+                               capture_output=True, text=True, env=dict(os.environ, PYTHONPATH=""), cwd="/tmp")
+        if probe.returncode == 0:
+            version = probe.stdout.strip()
+            sides += [(f"lerobot {version} {b}", None) for b in args.lerobot_backends.split(",") if b]
+            lerobot_note = f"lerobot {version} = LeRobotDataset(root=the dataset, video_backend=...), run by " \
+                           f"{args.lerobot_python}"
+        else:
+            lerobot_note = f"LeRobot's own columns could not be measured: {args.lerobot_python} cannot import " \
+                           f"lerobot ({(probe.stderr.strip().splitlines() or ['?'])[-1]})"
     shapes = [s for s in SHAPES if not args.shapes or any(k in s for k in args.shapes.split(";"))]
     table = []
     for shape in shapes:
@@ -656,7 +683,9 @@ def layouts_main(args) -> None:
         got: dict = {s: [] for s, _ in sides}
         for r in range(args.repeat):
             for side, code in (sides if r % 2 == 0 else sides[::-1]):
-                res = run_side("pyav" if side == "pyav" else "ours", code, root, out, orders, args)
+                kind = "pyav" if side == "pyav" else f"lerobot:{side.split()[-1]}" if side.startswith("lerobot") \
+                    else "ours"
+                res = run_side(kind, code, root, out, orders, args)
                 if res is not None:
                     got[side].append(res)
                     print(f"  round {r + 1} {side} (load {os.getloadavg()[0]:.1f}), items/s wall / per CPU-s: "
@@ -676,8 +705,8 @@ def layouts_main(args) -> None:
               "loader = DataLoader(num_workers=2, shuffle=True, batch_size=8) after its first batch; windows = "
               "2 frames per camera [-1/30, 0] s + 10 action steps; warm = after one item of every episode")
         _print_table(table, metric)
-    print("note: LeRobot's own columns could not be measured here (its venv is not installed); pyav = the per-item "
-          "PyAV open + seek + decode LeRobot's pyav backend does (PyAVBaseline).")
+    print(f"note: {lerobot_note}; pyav = the per-item PyAV open + seek + decode LeRobot's pyav backend does "
+          "(PyAVBaseline).")
 
 
 if __name__ == "__main__":

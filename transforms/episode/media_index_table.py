@@ -2,8 +2,12 @@
 
 By default each file's MediaIndex is written once, here, and the episode parts leave
 `clip.media.index` null: a reader joins the index back by the clip's URI. Rows are kept in one shard per
-folder of MP4s (`paths.media_index_shard_path`), sorted by URI, one row group per file so a reader
-fetches only the rows it needs.
+folder of MP4s (`paths.media_index_shard_path`), sorted by URI, in row groups of consecutive rows of at
+most `ROW_GROUP_BYTES` of index (an MP4 of ~10,000 samples or more has a row group of its own), so a
+reader fetches only the rows near the one it needs. Decoding a row group costs about a millisecond
+whatever its size up to that budget (a MediaIndex has ~30 leaf columns): one row group per small MP4
+(one episode each) made a reader's first use of each file cost that much; grouped, the first lookup
+in a group serves its neighbours.
 
 A row's `version` is the storage token (`size:generation`, `size:mtime=...`) the MP4 had when the run
 that wrote the row listed the dataset; the manifest's `video_versions` repeats them. A later run reads
@@ -14,11 +18,13 @@ carried from the old shard file by an Arrow filter, never by reading the MP4 aga
 
 from __future__ import annotations
 
+import bisect
 import dataclasses
 import hashlib
 import io
 from typing import Any, Callable, Iterable, Mapping, Optional, Sequence
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
@@ -27,6 +33,13 @@ from transforms import storage
 from transforms.episode import output_state, paths, spql_types
 from transforms.errors import LeRobotImportError
 from transforms.lerobot import sources
+
+#: Bytes of MediaIndex values (uncompressed, estimated from their sample counts) per row group of a shard.
+ROW_GROUP_BYTES = 1 << 20
+#: Estimated bytes of one sample's entries in a MediaIndex (size, flags, ctts, its share of the runs).
+_SAMPLE_BYTES = 12
+#: Estimated bytes of a MediaIndex's fixed part (sample entry, scalars, list offsets).
+_INDEX_BYTES = 1024
 
 #: What a run does with a shard (`ShardOutcome.action`).
 WRITTEN, UNCHANGED, EMPTIED, FAILED = "written", "unchanged", "emptied", "failed"
@@ -98,16 +111,44 @@ def _sort_by_uri(table: pa.Table) -> pa.Table:
     return table.take(pc.sort_indices(table, sort_keys=[("uri", "ascending")]))
 
 
+def _row_bytes(table: pa.Table) -> np.ndarray:
+    """Estimated bytes of each row's MediaIndex, from its tracks' sample counts (no row is copied)."""
+    index = spql_types.storage_of(table.column("index").combine_chunks())
+    tracks = index.field("tracks")
+    per_track = pc.list_value_length(tracks.values.field("sizes")).fill_null(0).to_numpy(zero_copy_only=False)
+    offsets = tracks.offsets.to_numpy().astype(np.int64)
+    csum = np.concatenate([[0], np.cumsum(per_track.astype(np.int64))])
+    samples = csum[offsets[1:]] - csum[offsets[:-1]]
+    return np.where(index.is_valid().to_numpy(zero_copy_only=False), samples * _SAMPLE_BYTES + _INDEX_BYTES, 64)
+
+
+def row_group_bounds(row_bytes: np.ndarray, budget: int = ROW_GROUP_BYTES) -> list[tuple[int, int]]:
+    """[start, end) of each row group: consecutive rows while their bytes stay within `budget` (a row
+    larger than the budget alone)."""
+    bounds, start, total = [], 0, 0
+    for i, b in enumerate(row_bytes.tolist()):
+        if i > start and total + b > budget:
+            bounds.append((start, i))
+            start, total = i, 0
+        total += b
+    if len(row_bytes):
+        bounds.append((start, len(row_bytes)))
+    return bounds
+
+
 def shard_bytes(table: pa.Table) -> bytes:
-    """A shard's Parquet bytes: zstd, one row group per MP4 (a reader fetches one row by its `uri` statistics).
+    """A shard's Parquet bytes: zstd, rows in row groups of at most ROW_GROUP_BYTES of index (a reader
+    finds a row's group by the `uri` statistics).
 
     Statistics are kept for `uri` alone (the only column a reader looks one up by) and no column is
     dictionary-encoded: an index's offsets and times are all distinct, so the dictionary Parquet tries first
     for every column chunk is built only to be dropped, which took a third of the write, and its pages made
     the file a third larger."""
     sink = io.BytesIO()  # one write request per shard, whatever the Parquet writer's call pattern
-    pq.write_table(table, sink, row_group_size=1, compression="zstd", use_compliant_nested_type=False,
-                   use_dictionary=False, write_statistics=["uri"])
+    with pq.ParquetWriter(sink, table.schema, compression="zstd", use_compliant_nested_type=False,
+                          use_dictionary=False, write_statistics=["uri"]) as w:
+        for a, b in row_group_bounds(_row_bytes(table), ROW_GROUP_BYTES) if table.num_rows else []:
+            w.write_table(table.slice(a, b - a), row_group_size=b - a)
     return sink.getvalue()
 
 
@@ -162,13 +203,13 @@ def update_media_index_shard(out_root: str, shard: str, rows: Sequence[IndexRow]
 
 class ShardRows:
     """Rows of existing shards looked up by URI, reading each shard's footer once and one row group per
-    lookup (one row group per MP4, found by its `uri` statistics)."""
+    lookup (the row group whose `uri` statistics can hold it)."""
 
     def __init__(self, out_root: str) -> None:
         self._out = out_root
-        self._footers: dict[str, Optional[tuple[pq.FileMetaData, dict[str, int]]]] = {}
+        self._footers: dict[str, Optional[tuple[pq.FileMetaData, list[tuple[str, str, int]]]]] = {}
 
-    def _footer(self, shard: str) -> Optional[tuple[pq.FileMetaData, dict[str, int]]]:
+    def _footer(self, shard: str) -> Optional[tuple[pq.FileMetaData, list[tuple[str, str, int]]]]:
         if shard not in self._footers:
             fs, path = storage.filesystem(storage.join(self._out, shard))
             try:
@@ -177,24 +218,27 @@ class ShardRows:
             except FileNotFoundError:
                 self._footers[shard] = None
                 return None
-            groups = {}
+            groups = []
             column = md.schema.names.index("uri")
             for rg in range(md.num_row_groups):
                 st = md.row_group(rg).column(column).statistics
-                if st is not None and st.has_min_max and st.min == st.max:
-                    groups[st.min] = rg
-            self._footers[shard] = (md, groups)
+                if st is not None and st.has_min_max:
+                    groups.append((st.min, st.max, rg))
+            self._footers[shard] = (md, sorted(groups))
         return self._footers[shard]
 
     def get(self, shard: str, uri: str) -> Optional[IndexRow]:
         """The row of `uri` in `shard` (relative to the output root), or None when there is none."""
         found = self._footer(shard)
-        if found is None or uri not in found[1]:
+        if found is None:
             return None
         md, groups = found
+        k = bisect.bisect_right([g[0] for g in groups], uri) - 1
+        if k < 0 or uri > groups[k][1]:
+            return None
         fs, path = storage.filesystem(storage.join(self._out, shard))
         with fs.open(path, "rb") as f:
-            table = pq.ParquetFile(f, metadata=md).read_row_group(groups[uri])
+            table = pq.ParquetFile(f, metadata=md).read_row_group(groups[k][2])
         hits = pc.equal(table.column("uri"), uri).to_numpy(zero_copy_only=False).nonzero()[0]
         if not len(hits):
             return None

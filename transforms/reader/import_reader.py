@@ -5,9 +5,10 @@ layout). It lists the episode parts from `manifest.json` (or, without one, from 
 folder), iterates their episodes in order, or finds one by `episode_index` reading only the row
 groups whose `episode_index` statistics can hold it. In the default layout each clip's
 `clip.media.index` is null and is joined back from `media_index/` by `clip.media.source.uri`: a
-`MediaIndexStore` maps URIs to row groups from the footers' `uri` statistics (one row group per MP4)
-and fetches and caches only the row groups it needs. The `Episode` it returns is therefore the same
-logical record as the `--inline-index` output (`Episode.to_arrow()`), whichever layout was read.
+`MediaIndexStore` maps URIs to row groups from the footers' `uri` statistics (a row group holds
+consecutive MP4s, one alone when its index is large) and fetches and caches only the row groups it
+needs. The `Episode` it returns is therefore the same logical record as the `--inline-index` output
+(`Episode.to_arrow()`), whichever layout was read.
 
 The output is data and is not trusted: every part it lists must lie inside the import root, video
 files are read only inside the import root and the dataset root the manifest names (or the roots the
@@ -231,24 +232,28 @@ class MediaIndexStore:
     """The default layout's `media_index/` parts: one MediaIndex per MP4 URI, looked up by URI.
 
     Only footers are read up front; a lookup reads the one row group whose `uri` statistics can hold
-    the URI (the importer writes one row group per file, sorted by URI) and caches its rows. Each part
-    is opened once and kept open (`ParquetFiles`), so looking up many files costs one footer read per
-    part, not one per file. `tracks(uri)` gives the file's `TrackTables` themselves, built once per
-    store and file and kept within `cache_track_bytes`: what a frame read needs, without the Arrow
-    record of the index being kept or copied.
+    the URI (the importer writes consecutive MP4s, sorted by URI, into row groups of about a MiB of
+    index) and keeps its rows (within `cache_group_bytes`), so the first use of the other MP4s of that
+    row group reads nothing: decoding a row group costs about a millisecond whatever its size, about as
+    much as a random item's decode. Each part is opened once and kept open (`ParquetFiles`), so looking
+    up many files costs one footer read per part, not one per file. `tracks(uri)` gives the file's
+    `TrackTables` themselves, built once per store and file and kept within `cache_track_bytes`: what a
+    frame read needs, without the Arrow record of the index being kept or copied.
 
     Args:
         files: the media_index/ parts.
-        cache_files: MediaIndex values (Arrow) kept for `lookup`.
+        cache_files: row groups' rows kept for `lookup` and `tracks`, at most this many row groups ...
+        cache_group_bytes: ... and this many bytes of them (the newest is always kept).
         cache_track_bytes: bytes of `TrackTables` kept for `tracks` (the least recently used go first).
         parquet: the open-file cache to read through (default: the store's own).
     """
 
     def __init__(self, files: Sequence[str], *, cache_files: int = 256, cache_track_bytes: int = 256 << 20,
-                 parquet: Optional[ParquetFiles] = None) -> None:
+                 cache_group_bytes: int = 64 << 20, parquet: Optional[ParquetFiles] = None) -> None:
         self.files = list(files)
         self._groups: Optional[list[_IndexGroup]] = None
-        self._cache = _LRU(cache_files)
+        self._rows = _LRU(cache_group_bytes)   # _IndexGroup -> {uri: index or None}
+        self._rows_count = max(1, int(cache_files))
         self._tracks = _LRU(cache_track_bytes)
         self._lock = threading.Lock()
         self.parquet = parquet or ParquetFiles()
@@ -286,16 +291,10 @@ class MediaIndexStore:
 
     def lookup(self, uri: str) -> Optional[pa.Array]:
         """The MediaIndex of `uri` as a length-1 spql.MediaIndex array; None when it has none."""
-        found = self._cache.get(uri)
-        if found is not None:
-            return found[0]
         for g in self._candidates(uri):
-            rows = self._read_group(g)
-            for u, index in rows.items():
-                self._cache.put(u, (index,))
-            if uri in rows:
-                return rows[uri]
-        self._cache.put(uri, (None,))
+            index = self._group_rows(g).get(uri)
+            if index is not None:
+                return index
         return None
 
     def tracks(self, uri: str) -> Optional[TrackTables]:
@@ -308,27 +307,27 @@ class MediaIndexStore:
         found = self._tracks.get(uri)
         if found is not None:
             return found[0]
-        index = self._cache.get(uri)
-        index = index[0] if index is not None else None
-        if index is None:
-            for g in self._candidates(uri):
-                index = self._read_group(g).get(uri)
-                if index is not None:
-                    break
+        index = self.lookup(uri)
         tables = None if index is None else track_tables(uri, index)
         if tables is not None:
             self.tracks_built += 1
         self._tracks.put(uri, (tables,), _track_bytes(tables))
         return tables
 
-    def _read_group(self, g: _IndexGroup) -> dict[str, Optional[pa.Array]]:
-        """uri -> its MediaIndex (length 1, a zero-copy slice of the row group) or None, of one row group."""
-        table = self.parquet.row_group(g.file, g.row_group, ["uri", "index"])
-        self.row_groups_read += 1
-        index = table.column("index").combine_chunks()
-        valid = index.is_valid().to_numpy(zero_copy_only=False)
-        return {uri: (index.slice(i, 1) if valid[i] else None)
-                for i, uri in enumerate(table.column("uri").to_pylist())}
+    def _group_rows(self, g: _IndexGroup) -> dict[str, Optional[pa.Array]]:
+        """uri -> its MediaIndex (length 1, a zero-copy slice of the row group) or None, of one row group,
+        read once and kept."""
+        found = self._rows.get(g)
+        if found is None:
+            table = self.parquet.row_group(g.file, g.row_group, ["uri", "index"])
+            self.row_groups_read += 1
+            index = table.column("index").combine_chunks()
+            valid = index.is_valid().to_numpy(zero_copy_only=False)
+            found = {uri: (index.slice(i, 1) if valid[i] else None)
+                     for i, uri in enumerate(table.column("uri").to_pylist())}
+            # bounded by bytes and by count (a row group of one small index is still one entry of many)
+            self._rows.put(g, found, max(table.nbytes, self._rows.max_size // self._rows_count))
+        return found
 
 
 def _track_bytes(tables: Optional[TrackTables]) -> int:
