@@ -266,6 +266,8 @@ def main(argv=None) -> None:
                          "memory, ours vs --compare-with vs a per-item PyAV open+seek+decode")
     ap.add_argument("--shapes", default="",
                     help="with --layouts: only shapes whose name holds one of these (;-separated)")
+    ap.add_argument("--floor", action="store_true",
+                    help="with --layouts: also time DecodeFloor (each item's decode work alone, files in memory)")
     ap.add_argument("--compare-with", default=None,
                     help="with --layouts: another checkout's root (e.g. main) to time too")
     args = ap.parse_args(argv)
@@ -477,6 +479,62 @@ class PyAVBaseline:
         return item
 
 
+class DecodeFloor:
+    """The decode work of each item alone, as a lower bound for any reader that decodes the same frames: per
+    camera, the packets from the frame's decode closure start up to its last frame, read with one os.pread
+    on a descriptor kept open per file, fed to one codec context per camera kept across items (flushed), no
+    RGB conversion, no other key of the item. Located with ImportedFrames' own tables."""
+
+    def __init__(self, out: str, delta_timestamps: Optional[dict] = None) -> None:
+        from transforms.reader import ImportedFrames
+
+        self.ds = ImportedFrames(out, delta_timestamps=delta_timestamps)
+        self.cameras = self.ds.cameras
+        self._data: dict = {}
+        self._ctx: dict = {}
+
+    def __len__(self) -> int:
+        return len(self.ds)
+
+    def __getitem__(self, i: int) -> dict:
+        from fractions import Fraction
+
+        import av
+
+        from transforms.reader.frames import closure_starts
+        from transforms.reader.seek import _codec_context
+
+        ds = self.ds
+        e, pos = ds._locate(int(i))
+        prep = ds._episode(e)
+        deltas = ds.delta_indices or {}
+        decoded = 0
+        for cam in ds.cameras:
+            rows = np.clip(pos + np.asarray(deltas[cam]), 0, prep.length - 1) if cam in deltas else np.array([pos])
+            h = ds._handle(prep, cam)
+            samples = ds._samples(prep, cam)[rows]
+            tr = h.track
+            fd = self._data.get(h.uri)
+            if fd is None:
+                fd = self._data[h.uri] = os.open(h.uri.removeprefix("file://"), os.O_RDONLY)
+            first, last = int(closure_starts(tr, samples).min()), int(samples.max())
+            base = int(tr.offset[first])
+            data = os.pread(fd, int(tr.offset[last] + tr.size[last]) - base, base)
+            ctx = self._ctx.get(cam)
+            if ctx is None:
+                ctx = self._ctx[cam] = _codec_context(tr, 1)
+            else:
+                ctx.flush_buffers()
+            tb = Fraction(1, tr.timescale)
+            for s in range(first, last + 1):
+                off = int(tr.offset[s]) - base
+                pkt = av.Packet(data[off:off + int(tr.size[s])])
+                pkt.pts, pkt.dts, pkt.time_base = int(tr.pts[s]), int(tr.dts[s]), tb
+                decoded += len(ctx.decode(pkt))
+            decoded += len(ctx.decode(None))
+        return {"decoded": decoded}
+
+
 def _proc_memory(pid: int) -> dict:
     """Resident (RSS), peak resident (HWM) and private (USS: not shared with any other process) MB of `pid`."""
     out = {}
@@ -516,6 +574,9 @@ def measure_side(spec: dict) -> dict:
         if spec["side"] == "pyav":
             ds = PyAVBaseline(spec["dataset"])
             return PyAVBaseline(spec["dataset"], _windows(ds.cameras) if windows else None)
+        if spec["side"] == "floor":
+            ds = DecodeFloor(spec["import"])
+            return DecodeFloor(spec["import"], _windows(ds.cameras)) if windows else ds
         if spec["side"].startswith("lerobot:"):  # run by --lerobot-python, LeRobot's own loader
             os.environ.setdefault("HF_HUB_OFFLINE", "1")
             import logging
@@ -567,8 +628,9 @@ def measure_side(spec: dict) -> dict:
                 out[name] = {**timed(ds, orders[order][items:]), "open_s": opened}
             continue
         out[name] = {**timed(ds, orders[order]), "open_s": opened}
-    for name, windows, kw in [("loader", False, {}), ("loader windows", True, {})] + (
-            [("loader windows uint8", True, {"camera_dtype": "uint8"})] if "random uint8" in out else []):
+    loaders = [] if spec["side"] == "floor" else [("loader", False, {}), ("loader windows", True, {})] + (
+        [("loader windows uint8", True, {"camera_dtype": "uint8"})] if "random uint8" in out else [])
+    for name, windows, kw in loaders:
         t0 = time.perf_counter()
         ds = make(windows, **kw)
         g = torch.Generator()
@@ -625,7 +687,7 @@ def _print_table(table: list, metric: str) -> None:
             print(f"| {shape} | {side} | " + " | ".join(fmt(get(m, c), ".1f") for c in cols)
                   + f" | {fmt(m.get('loader', {}).get('first_batch_s'), '.2f')}"
                   f" | {fmt(lw.get('worker_rss_mb'))} / {fmt(lw.get('worker_uss_mb'))} |")
-        for other in ["pyav", "main"] + [s for s in med if s.startswith("lerobot")]:
+        for other in ["pyav", "main", "floor"] + [s for s in med if s.startswith("lerobot")]:
             if other in med and "ours" in med:
                 ratio = [fmt(get(med["ours"], c) / get(med[other], c), ".2f")
                          if get(med[other], c) and get(med["ours"], c) else "-" for c in cols]
@@ -641,7 +703,8 @@ def layouts_main(args) -> None:
 
     work = Path(args.workdir or tempfile.mkdtemp(prefix="bench_frames_"))
     work.mkdir(parents=True, exist_ok=True)
-    sides = [("ours", None)] + ([("main", args.compare_with)] if args.compare_with else []) + [("pyav", None)]
+    sides = [("ours", None)] + ([("main", args.compare_with)] if args.compare_with else []) + [("pyav", None)] + \
+        ([("floor", None)] if args.floor else [])
     lerobot_note = "LeRobot's own columns could not be measured: no --lerobot-python given"
     if args.lerobot_python:
         probe = subprocess.run([args.lerobot_python, "-c", "import lerobot; print(lerobot.__version__)"],
@@ -683,8 +746,8 @@ def layouts_main(args) -> None:
         got: dict = {s: [] for s, _ in sides}
         for r in range(args.repeat):
             for side, code in (sides if r % 2 == 0 else sides[::-1]):
-                kind = "pyav" if side == "pyav" else f"lerobot:{side.split()[-1]}" if side.startswith("lerobot") \
-                    else "ours"
+                kind = side if side in ("pyav", "floor") else f"lerobot:{side.split()[-1]}" \
+                    if side.startswith("lerobot") else "ours"
                 res = run_side(kind, code, root, out, orders, args)
                 if res is not None:
                     got[side].append(res)
