@@ -284,10 +284,10 @@ class MediaIndexStore:
         groups = self._load_groups()
         with_stats = [g for g in groups if g.min_uri is not None]
         mins = [g.min_uri for g in with_stats]
-        # Groups are disjoint URI ranges in sorted order: the candidate is the last with min <= uri.
-        k = bisect.bisect_right(mins, uri) - 1
-        return ([with_stats[k]] if k >= 0 and uri <= with_stats[k].max_uri else []) + \
-            [g for g in groups if g.min_uri is None]
+        # The row groups of one shard are disjoint URI ranges, but those of different shards may overlap (the
+        # MP4s of two cameras under two commits interleave): every group with min <= uri <= max is a candidate.
+        k = bisect.bisect_right(mins, uri)
+        return [g for g in with_stats[:k] if uri <= g.max_uri] + [g for g in groups if g.min_uri is None]
 
     def lookup(self, uri: str) -> Optional[pa.Array]:
         """The MediaIndex of `uri` as a length-1 spql.MediaIndex array; None when it has none."""
