@@ -239,8 +239,9 @@ def _read_table(raw: bytes | BinaryIO, needed: list[str], file: str) -> pa.Table
         check_footer(pf, needed, file=file)
         leaves = leaf_columns(pf.schema_arrow, needed, pf.metadata.num_columns)
         text = [pf.schema.column(j).path for j in leaves if pf.schema.column(j).physical_type == "BYTE_ARRAY"]
-        if text:  # strings stay dictionary-encoded until their decoded size is known to fit
-            pf = _parquet(raw, read_dictionary=text)
+        if text:  # strings stay dictionary-encoded until their decoded size is known to fit (the footer,
+            # tens of KB per row group of LeRobot's stats columns, is parsed once)
+            pf = _parquet(raw, read_dictionary=text, metadata=pf.metadata)
         table = _read_columns(pf, raw, needed)
         decoded = sum(_decoded_bytes(chunk) for column in table.columns for chunk in column.chunks)
         if decoded > MAX_EPISODES_BYTES:
