@@ -137,3 +137,72 @@ def test_dataflow_without_its_options_is_one_line_before_any_lease(tmp_path):
     assert str(raised.value) == ("error: --runner Dataflow needs --project, --region, --temp_location (e.g. --project "
                                  "PROJECT --region us-central1 --temp_location gs://BUCKET/tmp)")
     assert not out.exists()  # no lease was taken, nothing written
+
+
+DATAFLOW = ("--runner", "DataflowRunner", "--project", "my-project", "--region", "us-central1")
+
+
+@pytest.mark.parametrize("given, line", [
+    (("--project", "p", "--temp_location", "gs://my-bucket/tmp"),
+     "error: Invalid Project ID (p). Please make sure you specified the Project ID, not project description."),
+    (("--temp_location", "gs://b/tmp"),  # a bucket name of one letter: Beam would try to create a default bucket
+     "error: --temp_location: Invalid GCS bucket (gs://b/tmp), given for the option: temp_location. See "
+     "https://developers.google.com/storage/docs/bucketnaming for more details. (a gs://BUCKET/PATH Dataflow may "
+     "write)"),
+    (("--temp_location", "/tmp/x"),
+     "error: --temp_location: Invalid GCS path (/tmp/x), given for the option: temp_location. (a gs://BUCKET/PATH "
+     "Dataflow may write)"),
+])
+def test_dataflow_options_beam_refuses_are_one_line_before_the_network(tmp_path, given, line, monkeypatch):
+    out = tmp_path / "out"
+    argv = ["--dataset", str(SAMPLE), "--output", str(out), *DATAFLOW, *given, "--dry_run", "true"]
+    if given[:2] == ("--project", "p"):
+        argv[argv.index("my-project") - 1: argv.index("my-project") + 1] = []
+    connects = _refuse_connections(monkeypatch)
+    with pytest.raises(SystemExit) as raised:
+        import_lerobot.main(argv)
+    assert str(raised.value) == line
+    assert connects == [] and not out.exists()
+
+
+def test_dataflow_dry_run_asks_nothing_of_the_network(monkeypatch, capsys):
+    # Off the network a dry run used to wait minutes: gcsfs probing the GCE metadata server for credentials,
+    # a --datasets glob listed on GCS. Every connection is refused here, and counted.
+    connects = _refuse_connections(monkeypatch)
+    for name in ("NO_GCE_CHECK", "STORAGE_EMULATOR_HOST"):
+        monkeypatch.delenv(name, raising=False)
+    with pytest.raises(SystemExit) as raised:
+        import_lerobot.main(["--datasets", "gs://my-bucket/lerobot/*,gs://other-bucket/so101", "--output",
+                             "gs://my-bucket/imports", *DATAFLOW, "--temp_location", "gs://my-bucket/tmp",
+                             "--dry_run", "true"])
+    assert raised.value.code == 0
+    assert capsys.readouterr().out.splitlines() == [
+        "dry run: the pipeline over 2 datasets was built and not run; no lease taken, nothing written; not checked "
+        "(a run checks them): the dataset roots (--datasets taken literally, not expanded), the output, credentials, "
+        "the temp_location bucket"]
+    assert connects == []
+
+
+def _refuse_connections(monkeypatch) -> list:
+    import socket
+
+    import fsspec
+    monkeypatch.delitem(fsspec.config.conf, "gs", raising=False)  # no emulator's settings
+    attempts = []
+
+    def refuse(self, address, *args, **kwargs):
+        attempts.append(address)
+        raise OSError(101, "Network is unreachable (test)")
+
+    monkeypatch.setattr(socket.socket, "connect", refuse)
+    monkeypatch.setattr(socket.socket, "connect_ex", refuse)
+    real = socket.getaddrinfo
+
+    def resolve(host, *args, **kwargs):
+        if host not in ("localhost", "127.0.0.1", "::1"):
+            attempts.append(host)
+            raise socket.gaierror(-2, "Name or service not known (test)")
+        return real(host, *args, **kwargs)
+
+    monkeypatch.setattr(socket, "getaddrinfo", resolve)
+    return attempts
