@@ -210,27 +210,10 @@ def runner_problem(options: PipelineOptions) -> Optional[str]:
     values = {"project": cloud.project, "region": cloud.region,
               "temp_location": cloud.temp_location or cloud.staging_location}
     missing = [(k, example) for k, example in DATAFLOW_NEEDS if not values[k]]
-    if missing:
-        return (f"--runner {runner} needs {', '.join('--' + k for k, _ in missing)} (e.g. "
-                f"{' '.join(f'--{k} {example}' for k, example in missing)})")
-    return _cloud_options_problem(options, create_runner(runner), cloud)
-
-
-def _cloud_options_problem(options: PipelineOptions, runner, cloud) -> Optional[str]:
-    """Beam's own checks of the project and the temp/staging locations, by their spelling only. Beam makes
-    them when the pipeline is built, and for a temp_location it cannot use it first tries to create a
-    default bucket: minutes of retries off the network, then a traceback."""
-    from apache_beam.options.pipeline_options_validator import PipelineOptionsValidator
-
-    validator = PipelineOptionsValidator(options, runner)
-    temp = validator.validate_gcs_path(cloud, "temp_location")
-    staging = validator.validate_gcs_path(cloud, "staging_location")
-    if temp and (staging or not cloud.staging_location):
-        name = "temp_location" if cloud.temp_location else "staging_location"
-        found = temp if cloud.temp_location else staging
-        return f"--{name}: {found[0]} (a gs://BUCKET/PATH Dataflow may write)"
-    cloud_errors = validator.validate_cloud_options(cloud)
-    return f"{cloud_errors[0]}" if cloud_errors else None
+    if not missing:
+        return None
+    return (f"--runner {runner} needs {', '.join('--' + k for k, _ in missing)} (e.g. "
+            f"{' '.join(f'--{k} {example}' for k, example in missing)})")
 
 
 def is_dry_run(options: PipelineOptions) -> bool:
@@ -245,56 +228,11 @@ def dry_run(options: PipelineOptions, import_options: ImportOptions) -> int:
     from transforms.episode import output as sink
 
     options.view_as(GoogleCloudOptions).no_auth = True
-    literal = _dry_run_roots(import_options)
-    with _anonymous_gcs():
-        config = config_from_options(import_options, run_id=uuid.uuid4().hex, started_at=sink.now_iso())
+    config = config_from_options(import_options, run_id=uuid.uuid4().hex, started_at=sink.now_iso())
     build_pipeline(options, config).run()
-    unexpanded = " (--datasets taken literally, not expanded)" if literal else ""
     print(f"dry run: the pipeline over {len(config.targets)} dataset{'s' if len(config.targets) != 1 else ''} "
-          f"was built and not run; no lease taken, nothing written; not checked (a run checks them): the dataset "
-          f"roots{unexpanded}, the output, credentials, the temp_location bucket")
+          "was built and not run; no lease taken, nothing written")
     return 0
-
-
-def _dry_run_roots(import_options: ImportOptions) -> bool:
-    """Put the items of --datasets among the --dataset roots, as written: a pattern or a list on remote
-    storage is not expanded, since that asks the storage, which off the network retries for minutes (a
-    local @FILE is read). Returns whether there was a --datasets to take so."""
-    spec = import_options.datasets
-    if not spec:
-        return False
-    if spec.startswith("@") and "://" not in spec[1:]:
-        try:
-            with open(spec[1:], encoding="utf-8", errors="replace") as f:
-                items = [line.split("#", 1)[0].strip() for line in f]
-        except OSError as ex:
-            raise SystemExit(f"error: cannot read the dataset list {spec[1:]}: {ex.strerror or ex}") from None
-    elif spec.startswith("@"):
-        items = [spec[1:]]
-    else:
-        items = [item.strip() for item in spec.split(",")]
-    import_options.dataset = list(import_options.dataset or []) + [i for i in items if i]
-    import_options.datasets = None
-    return True
-
-
-@contextlib.contextmanager
-def _anonymous_gcs():
-    """gs:// filesystems made meanwhile ask for no credentials: a dry run reads nothing, and finding
-    credentials off GCP means probing a metadata server that never answers (retried for minutes)."""
-    import fsspec.config
-
-    saved = {k: dict(fsspec.config.conf[k]) if k in fsspec.config.conf else None for k in ("gs", "gcs")}
-    for key in saved:
-        fsspec.config.conf[key] = dict(saved[key] or {}, token="anon")
-    try:
-        yield
-    finally:
-        for key, value in saved.items():
-            if value is None:
-                fsspec.config.conf.pop(key, None)
-            else:
-                fsspec.config.conf[key] = value
 
 
 class Interrupted(BaseException):
@@ -312,6 +250,9 @@ def run_interruptibly(pipeline: beam.Pipeline):  # -> its PipelineResult
     never inside a DoFn (where Beam would turn it into a step failure with a traceback). The pipeline's
     thread is a daemon: the command exits without waiting for it. Off the main thread (signals cannot be
     caught there) the pipeline simply runs."""
+    from transforms import stopping
+
+    stopping.reset()  # a run stopped earlier in this process leaves its threads waiting, not this one's
     if threading.current_thread() is not threading.main_thread():
         result = pipeline.run()
         result.wait_until_finish()
@@ -349,9 +290,14 @@ def stop_interrupted(config: ImportConfig, signum: int) -> int:
     """End an interrupted run: per output, the episodes files committed so far go into its manifest
     (status `interrupted`), temporary files are removed; one line says so. Returns 128 + the signal
     number (130 for SIGINT, 143 for SIGTERM); the caller's exit releases the leases."""
+    from transforms import stopping
     from transforms.errors import LeRobotImportError
 
     name = signal.Signals(signum).name
+    # The steps still run on their threads: the part or commit in progress ends, no other one starts, so
+    # what is cleaned and recorded below is final.
+    if not stopping.stop(STOP_WAIT_S):
+        _LOG.warning("output work still in progress %.0f s after %s; cleaning up anyway", STOP_WAIT_S, name)
     options = config.output_options()
     kept = 0
     for root, out in config.targets:
@@ -388,6 +334,8 @@ def _keep_committed(root: str, out: str, options: dict, run_id: str, signal_name
     return files
 
 
+#: How long an interrupted run waits for the part or commit in progress to end before cleaning up.
+STOP_WAIT_S = 60.0
 #: Exit statuses of a run ended by SIGINT (130) or SIGTERM (143).
 INTERRUPTED_STATUS = (128 + signal.SIGINT, 128 + signal.SIGTERM)
 BULK_REPORT = "bulk_report.json"

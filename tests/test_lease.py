@@ -14,7 +14,7 @@ import fsspec
 import pytest
 
 import storage_emulators
-from transforms import lease
+from transforms import lease, storage
 from transforms.lease import LEASE_NAME, LeaseHeld, LeaseKeeper, LeaseLost, LeaseRecord
 
 
@@ -359,3 +359,28 @@ def test_store_oversized_lease_is_refused_before_its_body_is_read(bucket, monkey
     assert downloads == []
     assert fs.size(path) == lease.MAX_LEASE_BYTES + 1  # left as it was
     fs.rm(path)
+
+
+def test_create_once_lets_exactly_one_racer_create(race_bucket, tmp_path):
+    """The claim an episodes file's committers race for (its last parts written at once): one wins, the
+    object keeps the winner's bytes, and a storage with no conditional create is named."""
+    for uri in (f"{race_bucket}/claims/commit-a.json", f"file://{tmp_path}/claims/commit-a.json"):
+        results: list[bool] = []
+        barrier = threading.Barrier(6)
+
+        def race(k: int) -> None:
+            barrier.wait()
+            results.append(lease.create_once(uri, f"racer {k}\n".encode()))
+
+        threads = [threading.Thread(target=race, args=(k,)) for k in range(6)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert sorted(results) == [False] * 5 + [True], uri
+        assert lease.create_once(uri, b"late\n") is False
+        fs, path = storage.filesystem(uri)
+        fs.invalidate_cache()
+        assert fs.cat_file(path).startswith(b"racer ")
+    with pytest.raises(ValueError, match="no conditional create on http://example.com/x"):
+        lease.create_once("http://example.com/x", b"")

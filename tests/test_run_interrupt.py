@@ -1,7 +1,12 @@
 """Ctrl-C (SIGINT) or SIGTERM in the middle of an import, end to end through the command in a subprocess:
 one line, exit status 130 / 143, no temporary file, the lease released, and every episodes file committed
 before the signal kept and recorded in the manifest, so the next run imports only the rest and ends with
-the same output as one uninterrupted run. On local storage and on the gs:// emulator."""
+the same output as one uninterrupted run. On local storage and on the gs:// emulator.
+
+An episodes file commits as soon as its last part is written (by the part's writer), so the signal is sent
+while most files have no part yet, and the rerun writes only the parts of the files not committed and
+reads no MP4 again (their rows are in the media_index/ shards the stopped run wrote). Files of several
+parts (`--data-span-limit 1`: a part per episode) commit through their part records and claim."""
 
 from __future__ import annotations
 
@@ -11,6 +16,7 @@ import re
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -21,6 +27,7 @@ import storage_emulators
 from tests.bench.synth_dataset import make_dataset
 from tests.helpers import REPO, run_import
 from tests.test_lease import _gcs
+from transforms import lease
 
 FILES = 40  # episodes files of the dataset (2 episodes each, one MP4 per 2 episodes): commits take a while
 LINE = re.compile(r"interrupted by (SIGINT|SIGTERM): (\d+) episodes files? committed before it kept and recorded, "
@@ -34,10 +41,11 @@ def dataset(tmp_path_factory) -> Path:
 
 
 def _interrupt(dataset: Path, out: str, fs: fsspec.AbstractFileSystem, out_path: str, sig: int,
-               env: dict) -> subprocess.CompletedProcess:
-    """Start the import and send `sig` once three episodes files have committed."""
+               env: dict, extra: tuple = ()) -> tuple[subprocess.CompletedProcess, int]:
+    """Start the import and send `sig` once three episodes files have committed; also returns how many
+    episodes files had any part (written or temporary) at that moment."""
     proc = subprocess.Popen([sys.executable, "-m", "pipelines.import_lerobot", "--dataset", str(dataset),
-                             "--output", out, "--runner", "FnApiRunner"], cwd=REPO, stdout=subprocess.PIPE,
+                             "--output", out, "--runner", "FnApiRunner", *extra], cwd=REPO, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True,
                             env=dict(os.environ, PYTHONPATH=str(REPO), **env))
     deadline = time.monotonic() + 240
@@ -49,11 +57,17 @@ def _interrupt(dataset: Path, out: str, fs: fsspec.AbstractFileSystem, out_path:
         time.sleep(0.01)
     assert proc.poll() is None, "the import ended before it could be interrupted"
     proc.send_signal(sig)
+    fs.invalidate_cache()
+    started = {re.sub(r"^\.|\.(part-\d+\.)?parquet.*$", "", p.rsplit("/", 1)[-1])
+               for p in (fs.find(f"{out_path}/episodes") if fs.exists(f"{out_path}/episodes") else [])}
     stdout, stderr = proc.communicate(timeout=120)
-    return subprocess.CompletedProcess(proc.args, proc.returncode, stdout, stderr)
+    return subprocess.CompletedProcess(proc.args, proc.returncode, stdout, stderr), len(started)
 
 
-def _check_interrupted(proc, sig: int, fs, out_path: str) -> int:
+def _check_interrupted(proc, sig: int, fs, out_path: str, started: int) -> int:
+    # committed while most files had no part at all: a file commits as its own last part lands, not
+    # once every part of the run is written
+    assert started < FILES // 2, started
     assert proc.returncode == 128 + sig, proc.stderr[-3000:]
     assert "Traceback" not in proc.stderr, proc.stderr[-3000:]
     lines = proc.stdout.strip().splitlines()
@@ -81,11 +95,14 @@ def _outputs(fs, out_path: str) -> dict[str, bytes]:
             if p[len(out_path) + 1:].startswith(("episodes/", "media_index/"))}
 
 
-def _resume_and_compare(dataset: Path, out: str, fs, out_path: str, kept: int, reference: dict, capsys) -> None:
+def _resume_and_compare(dataset: Path, out: str, fs, out_path: str, kept: int, reference: dict, capsys,
+                        extra: tuple = ()) -> None:
     fs.invalidate_cache()
     before = {p: fs.info(p).get("mtime") or fs.info(p).get("updated") for p in fs.find(f"{out_path}/episodes")}
-    assert run_import(dataset, out) == 0
-    summary = next(x for x in capsys.readouterr().out.splitlines() if x.startswith(f"file://{dataset}:"))
+    capsys.readouterr()  # what ran before (the reference run)
+    assert run_import(dataset, out, *extra) == 0
+    out_text = capsys.readouterr().out
+    summary = next(x for x in out_text.splitlines() if x.startswith(f"file://{dataset}:"))
     unchanged = int(re.search(r"\((\d+) unchanged\)", summary).group(1))
     assert unchanged >= kept  # a file committed while the run stopped is kept too
     assert f"imported - {2 * FILES}/{2 * FILES} episodes, " in summary
@@ -94,6 +111,13 @@ def _resume_and_compare(dataset: Path, out: str, fs, out_path: str, kept: int, r
     assert manifest["status"] == "imported"
     statuses = [e["status"] for e in manifest["episodes_files"].values()]
     assert statuses.count("unchanged") == unchanged and statuses.count("imported") == FILES - unchanged
+    # only the rest is done again: its parts written, each committed by its last part's writer, no MP4 read
+    # (the stopped run's shards hold their rows), no episodes file of the kept ones planned
+    metrics = dict(kv.split("=") for kv in re.search(r"^metrics: (.*)$", out_text, re.M).group(1).split(", "))
+    again = [e for e in manifest["episodes_files"].values() if e["status"] == "imported"]
+    assert int(metrics["parts_written"]) == sum(len(e["parts"]) for e in again)
+    assert int(metrics["files_committed_early"]) == len(again)
+    assert int(metrics["episodes"]) == 2 * (FILES - unchanged) and "mp4_files" not in metrics, metrics
     fs.invalidate_cache()
     for rel, entry in manifest["episodes_files"].items():  # the kept files were not written again
         if entry["status"] == "unchanged":
@@ -105,23 +129,34 @@ def _resume_and_compare(dataset: Path, out: str, fs, out_path: str, kept: int, r
 
 
 @pytest.fixture(scope="module")
-def reference(dataset, tmp_path_factory) -> dict[str, bytes]:
-    """The output of one uninterrupted run."""
-    out = tmp_path_factory.mktemp("reference") / "out"
-    assert run_import(dataset, out) == 0
-    return _outputs(fsspec.filesystem("file"), str(out))
+def references(dataset, tmp_path_factory):
+    """The output of one uninterrupted run, per extra options (made once each)."""
+    made: dict[tuple, dict[str, bytes]] = {}
+
+    def reference(extra: tuple = ()) -> dict[str, bytes]:
+        if extra not in made:
+            out = tmp_path_factory.mktemp("reference") / "out"
+            assert run_import(dataset, out, *extra) == 0
+            made[extra] = _outputs(fsspec.filesystem("file"), str(out))
+        return made[extra]
+    return reference
 
 
-@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
-def test_interrupt_keeps_committed_files_and_resumes(dataset, reference, tmp_path, sig, capsys):
+@pytest.mark.parametrize("sig, extra", [(signal.SIGINT, ()), (signal.SIGTERM, ("--data-span-limit", "1"))],
+                         ids=["sigint", "sigterm-parts"])
+def test_interrupt_keeps_committed_files_and_resumes(dataset, references, tmp_path, sig, extra, capsys):
     fs = fsspec.filesystem("file")
     out = tmp_path / "out"
-    proc = _interrupt(dataset, str(out), fs, str(out), sig, {})
-    kept = _check_interrupted(proc, sig, fs, str(out))
-    _resume_and_compare(dataset, str(out), fs, str(out), kept, reference, capsys)
+    proc, started = _interrupt(dataset, str(out), fs, str(out), sig, {}, extra)
+    kept = _check_interrupted(proc, sig, fs, str(out), started)
+    reference = references(extra)
+    if extra:  # every file of two parts (an episode each)
+        assert {k for k in reference if k.startswith("episodes/")} == {
+            f"episodes/chunk-000/file-{i:03d}.part-{p:04d}.parquet" for i in range(FILES) for p in (0, 1)}
+    _resume_and_compare(dataset, str(out), fs, str(out), kept, reference, capsys, extra)
 
 
-def test_interrupt_on_gcs_keeps_committed_files_and_resumes(dataset, reference, capsys):
+def test_interrupt_on_gcs_keeps_committed_files_and_resumes(dataset, references, capsys):
     reason = storage_emulators.missing("gcp_storage_emulator.server", "gcsfs")
     if reason:
         pytest.skip(reason)
@@ -129,6 +164,58 @@ def test_interrupt_on_gcs_keeps_committed_files_and_resumes(dataset, reference, 
         fs = fsspec.filesystem("gs")
         fs.mkdir("interrupts")
         env = {"STORAGE_EMULATOR_HOST": url, "FSSPEC_GCS_TOKEN": "anon", "FSSPEC_GCS_PROJECT": "test"}
-        proc = _interrupt(dataset, "gs://interrupts/out", fs, "interrupts/out", signal.SIGINT, env)
-        kept = _check_interrupted(proc, signal.SIGINT, fs, "interrupts/out")
-        _resume_and_compare(dataset, "gs://interrupts/out", fs, "interrupts/out", kept, reference, capsys)
+        extra = ("--data-span-limit", "1")
+        proc, started = _interrupt(dataset, "gs://interrupts/out", fs, "interrupts/out", signal.SIGINT, env, extra)
+        kept = _check_interrupted(proc, signal.SIGINT, fs, "interrupts/out", started)
+        _resume_and_compare(dataset, "gs://interrupts/out", fs, "interrupts/out", kept, references(extra), capsys,
+                            extra)
+
+
+def test_a_stopped_run_finishes_the_output_work_in_progress_and_starts_none():
+    """What the command does on a signal before it cleans up (`stopping.stop`): the part or commit in
+    progress ends, a step reaching new output work waits there for good (also past a later run's reset)."""
+    from transforms import stopping
+
+    done: list[str] = []
+
+    def work(name: str, seconds: float) -> None:
+        with stopping.output_work():
+            time.sleep(seconds)
+            done.append(name)
+
+    stopping.reset()
+    busy = threading.Thread(target=work, args=("in progress", 0.3), daemon=True)
+    busy.start()
+    time.sleep(0.05)
+    assert stopping.stop(10) is True and done == ["in progress"]
+    late = threading.Thread(target=work, args=("started after the stop", 0), daemon=True)
+    late.start()
+    late.join(0.3)
+    stopping.reset()
+    late.join(0.3)
+    assert late.is_alive() and done == ["in progress"]
+    work("a new run's", 0)
+    assert done == ["in progress", "a new run's"]
+
+
+def test_part_records_and_claims_are_never_folded(tmp_path):
+    """A part recorded but not committed (its file's other parts not written yet) is no commit: the next
+    run's fold sees only committed files and shards; clearing removes every record."""
+    from transforms.episode import journal
+
+    out, options = f"file://{tmp_path}/out", {"one_part": False}
+    journal.record_part(out, run_id="r", episodes_file="meta/episodes/chunk-000/file-000.parquet", part=0,
+                        result={"part": 0, "tmp_uri": f"{out}/episodes/chunk-000/.file-000.part-0000.parquet.tmp-x"})
+    journal.record_part(out, run_id="r", episodes_file="meta/episodes/chunk-000/file-001.parquet", part=1,
+                        result={"part": 1})
+    assert lease.create_once(journal.commit_claim_uri(out, "r", "meta/episodes/chunk-000/file-001.parquet"), b"{}")
+    journal.record_file(out, run_id="r", options=options, episodes_file="meta/episodes/chunk-000/file-002.parquet",
+                        entry={"status": "imported", "parts": ["episodes/chunk-000/file-002.parquet"]})
+    assert sorted(journal.recorded_parts(out, "r", "meta/episodes/chunk-000/file-001.parquet")) == [1]
+    records, uris = journal.read_records(out, options)
+    assert [r["episodes_file"] for r in records] == ["meta/episodes/chunk-000/file-002.parquet"]
+    assert len(uris) == 4
+    folded = journal.fold(None, records, dataset="file:///d", options=options)
+    assert list(folded["episodes_files"]) == ["meta/episodes/chunk-000/file-002.parquet"]
+    journal.clear(out, uris)
+    assert not (tmp_path / "out" / ".journal").exists()

@@ -8,8 +8,10 @@
                              carried): its facts for every part that uses it; update only the
                              media_index/ shards that gain, change or lose a row
       ─► WriteParts          per part: read only the data-file row groups its episodes need, type
-                             the frames, write the part under a temporary name
-      ─► CommitEpisodesFiles per episodes file: move all its parts into place, or none
+                             the frames, write the part under a temporary name; the writer of an
+                             episodes file's last part commits the file at once (all its parts)
+      ─► CommitEpisodesFiles per episodes file: move all its parts into place, or none (the files
+                             the writers could not commit: duplicates, strict errors)
       ─► FinishDatasets      per dataset: errors.jsonl and manifest.json
 
 Only small elements cross a shuffle (paths, ranges, ids, MP4 facts); frames are read where they are
@@ -78,9 +80,10 @@ class ImportLeRobotDatasets(beam.PTransform):
         plans = datasets.episodes_files | "PlanEpisodesFiles" >> PlanEpisodesFiles(config)
         mp4s = ((plans.clip_uses, datasets.mp4_versions, datasets.shard_touches)
                 | "ReadMp4Facts" >> ReadMp4Facts(config))
+        file_facts = (plans.to_files, datasets.file_sources) | "FileFacts" >> beam.Flatten()
         parts = ((plans.to_parts, mp4s.to_parts)
                  | "ToParts" >> beam.Flatten()
-                 | "WriteParts" >> WriteParts(config))
+                 | "WriteParts" >> WriteParts(config, file_facts))
         files = ((parts, plans.to_files, datasets.file_sources)
                  | "ToEpisodesFiles" >> beam.Flatten()
                  | "CommitEpisodesFiles" >> CommitEpisodesFiles(config))

@@ -459,6 +459,41 @@ def _store_for(output: str):
     raise ValueError(f"no lease support for {output}: leases work on local paths, gs://, s3:// and memory://")
 
 
+def create_once(uri: str, data: bytes) -> bool:
+    """Create the object at `uri` only when none is there (one conditional create, as a lease is taken);
+    True when this call created it, False when it existed. Workers that race for one piece of work (the
+    commit of an episodes file whose last parts land at once) all call it: exactly one wins.
+
+    Raises:
+        ValueError: the storage has no conditional create (see `supported`).
+    """
+    fs, path = storage.filesystem(uri)
+    protocols = {fs.protocol} if isinstance(fs.protocol, str) else set(fs.protocol)
+    try:
+        if protocols & {"file", "local"}:
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+            fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY | os.O_NOFOLLOW, 0o644)
+            try:
+                os.write(fd, data)
+            finally:
+                os.close(fd)
+            return True
+        if "memory" in protocols:
+            store = _MemoryStore(fs, path)
+        elif protocols & {"gs", "gcs"}:
+            store = _GcsStore(fs, path)
+        elif protocols & {"s3", "s3a"}:
+            store = _S3Store(fs, path)
+        else:
+            raise ValueError(f"no conditional create on {uri}")
+        store.create(data)
+        return True
+    except OSError as ex:
+        if _precondition_failed(ex):
+            return False
+        raise
+
+
 def supported(output: str) -> bool:
     """Whether the output's storage can hold a lease (local paths, gs://, s3://, memory://)."""
     try:

@@ -19,7 +19,7 @@ from typing import Iterable, Iterator, NamedTuple, Optional
 import apache_beam as beam
 import pyarrow as pa
 
-from transforms import progress, quality, storage
+from transforms import progress, quality, stopping, storage
 from transforms.episode import journal, quirks
 from transforms.episode.clips import VideoFile
 from transforms.episode.quirks import ClipSpan
@@ -325,17 +325,19 @@ class _WriteShard(beam.DoFn):
         rows = [IndexRow(v.uri, v.size, v.version, v.index) for v in values if isinstance(v, MediaIndexRow)]
         touch = next((v for v in values if isinstance(v, ShardTouch)), None)
         out = self._config.output_of(root)
-        try:
-            outcome = update_media_index_shard(out, shard, rows, touch.keep if touch is not None else None)
-        except LeRobotImportError as ex:  # a full disk, a read-only output: the shard fails by that rule
-            failure = error_record(ex, dataset=root, episodes_file=None)
-            yield root, DatasetReport(failures=(failure,), index_files=(ShardOutcome(shard, FAILED),))
-            return
+        with stopping.output_work():
+            try:
+                outcome = update_media_index_shard(out, shard, rows, touch.keep if touch is not None else None)
+            except LeRobotImportError as ex:  # a full disk, a read-only output: the shard fails by that rule
+                failure = error_record(ex, dataset=root, episodes_file=None)
+                outcome = ShardOutcome(shard, FAILED)
+                yield root, DatasetReport(failures=(failure,), index_files=(outcome,))
+                return
+            if outcome.action in ("written", "emptied"):  # recorded at once, as episodes files are
+                journal.record_shard(out, run_id=self._config.run_id, options=self._config.output_options(),
+                                      shard=shard, action=outcome.action,
+                                      record=outcome.record.to_json() if outcome.record else None,
+                                      versions={v.file: v.version for v in values if isinstance(v, MediaIndexRow)})
         if outcome.action == "written":
             self._written.inc()
-        if outcome.action in ("written", "emptied"):  # recorded at once, as episodes files are
-            journal.record_shard(out, run_id=self._config.run_id, options=self._config.output_options(),
-                                  shard=shard, action=outcome.action,
-                                  record=outcome.record.to_json() if outcome.record else None,
-                                  versions={v.file: v.version for v in values if isinstance(v, MediaIndexRow)})
         yield root, DatasetReport(index_files=(outcome,))

@@ -193,13 +193,32 @@ class PartInputs(_Merged):
 
 
 @dataclasses.dataclass(frozen=True)
+class FileQuality:
+    """The quality checks' summary of one episodes file whose frames were read, for the manifest."""
+
+    episodes_file: str
+    checks_json: str  # `quality.summarize` of its findings, JSON
+    table: str  # its quality table, relative to the output root
+
+
+@dataclasses.dataclass(frozen=True)
+class CommittedFile:
+    """An episodes file the part writer committed as its last part was written: how it ended."""
+
+    outcome: FileOutcome
+    quality: FileQuality
+
+
+@dataclasses.dataclass(frozen=True)
 class FileInputs(_Merged):
-    """What an episodes file's commit is told: its parts' results and the duplicates that fail it."""
+    """What an episodes file's commit is told: its parts' results and the duplicates that fail it, or that
+    the part writer committed it already."""
 
     results: tuple[PartResult, ...] = ()
     duplicates: tuple[FailureRecord, ...] = ()
     findings: tuple[Finding, ...] = ()  # what the quality checks found in its parts
     sources: tuple[EpisodesFileSources, ...] = ()  # what its import is made from (recorded as it commits)
+    committed: tuple[CommittedFile, ...] = ()  # committed by the writer of its last part
 
 
 @dataclasses.dataclass(frozen=True)
@@ -220,15 +239,6 @@ class FileCounts:
     episodes: int
     frames: int  # the sum of its episodes' lengths
     episode_ranges: tuple[tuple[int, int], ...]  # its episode indices as [start, end) runs
-
-
-@dataclasses.dataclass(frozen=True)
-class FileQuality:
-    """The quality checks' summary of one episodes file whose frames were read, for the manifest."""
-
-    episodes_file: str
-    checks_json: str  # `quality.summarize` of its findings, JSON
-    table: str  # its quality table, relative to the output root
 
 
 @dataclasses.dataclass(frozen=True)

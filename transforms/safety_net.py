@@ -25,10 +25,11 @@ def counter(name: str):
     return Metrics.counter(NAMESPACE, name)
 
 
-def guarded(dofn: beam.DoFn, *tags: str, main: str):
-    """ParDo(dofn) with its main output `main`, its tagged outputs `tags`, and `bad`.
+def guarded(dofn: beam.DoFn, *tags: str, main: str, **side_inputs):
+    """ParDo(dofn) with its main output `main`, its tagged outputs `tags`, and `bad`; `side_inputs` are
+    passed to its `process` by name.
 
     The output types are declared (as Any: the elements are pickled records either way) so Beam knows
     every tag the DoFn yields."""
-    pardo = beam.ParDo(dofn).with_output_types(Any, **{tag: Any for tag in tags})
+    pardo = beam.ParDo(dofn, **side_inputs).with_output_types(Any, **{tag: Any for tag in tags})
     return pardo.with_outputs(*tags, main=main).with_exception_handling(dead_letter_tag=BAD)

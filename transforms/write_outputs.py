@@ -20,7 +20,7 @@ from typing import Iterable, Iterator, Optional, Sequence
 
 import apache_beam as beam
 
-from transforms import progress, quality, storage
+from transforms import lease, progress, quality, stopping, storage
 from transforms.episode import output as sink
 from transforms.episode import frames as frames_lib
 from transforms.episode import journal, output_state, paths
@@ -29,7 +29,8 @@ from transforms.episode.outcomes import PartResult, failed_file
 from transforms.errors import FailureRecord, LeRobotImportError, redact
 from transforms.lerobot import data_files
 from transforms.lerobot.info import INFO_PATH, DatasetInfo
-from transforms.messages import (DatasetReport, FileInputs, FileQuality, ImportConfig, KeptFile, PartHeader,
+from transforms.messages import (CommittedFile, DatasetReport, FileInputs, FileQuality, ImportConfig, KeptFile,
+                                 PartHeader,
                                  PartInputs, VideoFailure, error_record, internal_record, load_info)
 from transforms.safety_net import counter, guarded
 
@@ -49,24 +50,33 @@ class WriteParts(beam.PTransform):
     its last few data files open, so parts sharing a data file read its footer and `index` once. Frames
     never cross a shuffle: only plans, paths and MP4 facts do.
 
+    An episodes file is committed as soon as its last part is written, by the worker that wrote it (see
+    `transforms.episode.journal`), not after every part of the run: a run stopped halfway keeps the files
+    it finished. A file with a duplicated episode or a strict check's error, or whose storage offers no
+    conditional create (when it has several parts), is committed by `CommitEpisodesFiles` instead.
+
     Args:
         config: the run's configuration.
+        file_facts: ((root, episodes file), FileInputs) of each file's sources and duplicated episodes,
+            what a commit needs besides its parts; None: the parts are left for `CommitEpisodesFiles`.
 
     Input: (part key, PartInputs), the part key being (root, episodes file, part): its header, the
     facts of the MP4s it uses, failures (an MP4 it needs is unusable). Returns: ((root, episodes
-    file), FileInputs) holding each part's PartResult.
+    file), FileInputs) holding each part's PartResult, or the file's outcome once committed.
     """
 
-    def __init__(self, config: ImportConfig) -> None:
+    def __init__(self, config: ImportConfig, file_facts=None) -> None:
         super().__init__()
         self._config = config
+        self._file_facts = file_facts
 
     def expand(self, inputs):
+        facts = {} if self._file_facts is None else {"facts": beam.pvalue.AsMultiMap(self._file_facts)}
         written = (inputs
                    | "GroupByPart" >> beam.GroupByKey()
                    | "ByReadUnit" >> beam.MapTuple(by_read_unit)
                    | "GroupByReadUnit" >> beam.GroupByKey()
-                   | "Write" >> guarded(_WriteParts(self._config), main="results"))
+                   | "Write" >> guarded(_WriteParts(self._config), main="results", **facts))
         bugs = written.bad | "PartBugs" >> beam.FlatMap(_unit_bug)
         return (written.results, bugs) | "PartResults" >> beam.Flatten()
 
@@ -106,7 +116,7 @@ class _WriteParts(beam.DoFn):
         self._readers: OrderedDict[tuple[str, str], data_files.DataFileReader] = OrderedDict()
         self._reads = storage.ReadCounter()
         names = ("data_bytes_read", "data_read_requests", "episodes", "frames", "parts_written", "output_bytes",
-                 "quality_findings")
+                 "quality_findings", "files_committed_early")
         self._counters = {name: counter(name) for name in names}
         self._tasks: dict[str, Optional[list[str]]] = {}  # per dataset: meta/tasks.parquet, read once
         self._columns: dict[str, tuple[str, ...]] = {}  # the columns of the data files the last part read
@@ -126,15 +136,56 @@ class _WriteParts(beam.DoFn):
                 self._readers.popitem(last=False)[1].close()
         return self._readers[key]
 
-    def process(self, element: tuple[tuple, Iterable[tuple[tuple, PartInputs]]]
+    def process(self, element: tuple[tuple, Iterable[tuple[tuple, PartInputs]]], facts=None
                 ) -> Iterator[tuple[tuple[str, str], FileInputs]]:
         unit, parts = element
         for key, inputs in sorted(parts, key=lambda part: unit_order(unit, part)):
             try:
-                yield self._write_part(key, inputs)
+                file_key, written = self._write_part(key, inputs)
+                if facts is not None and written.results and written.results[0].tmp_uri:
+                    written = self._commit_if_last(file_key, written, facts)
+                yield file_key, written
             except Exception:  # noqa: BLE001 - one part's unexpected failure fails that part alone, as the
                 # safety net would if the part were an element of its own
                 yield _part_bug(key, inputs, sys.exc_info())
+
+    def _commit_if_last(self, file_key: tuple[str, str], written: FileInputs, facts) -> FileInputs:
+        """Commit the part's episodes file when this was its last part to be written: the file's outcome,
+        else the part's result (for a later worker, or `CommitEpisodesFiles`)."""
+        root, rel = file_key
+        known = FileInputs.merge(facts[file_key])  # a multimap: [] for a file with neither
+        if known.duplicates or _strict_error(written.findings):
+            return written  # the file fails: its commit step says why and removes its parts
+        result = written.results[0]
+        with stopping.output_work():
+            if result.num_parts == 1:
+                done = commit_file(self._config, root, rel, written.results, (), written.findings, known.sources)
+            else:
+                parts = self._all_parts(root, rel, result, written.findings)
+                if parts is None:
+                    return written
+                done = commit_file(self._config, root, rel, parts[0], (), parts[1], known.sources)
+        self._counters["files_committed_early"].inc()
+        return FileInputs(committed=(done,))
+
+    def _all_parts(self, root: str, rel: str, result: PartResult, findings) -> Optional[tuple[list, list]]:
+        """Record a part of a file of several parts; when every part is recorded and this worker wins the
+        file's commit claim, (every part's result, every part's findings), else None."""
+        out = self._config.output_of(root)
+        journal.record_part(out, run_id=self._config.run_id, episodes_file=rel, part=result.part,
+                            result=part_record(result, findings))
+        recorded = journal.recorded_parts(out, self._config.run_id, rel)
+        if sorted(recorded) != list(range(result.num_parts)):
+            return None
+        results = [part_from_record(root, rel, r) for _, r in sorted(recorded.items())]
+        found = [quality.Finding(**f) for _, r in sorted(recorded.items()) for f in r.get("findings") or ()]
+        if _strict_error(found):
+            return None
+        try:
+            won = lease.create_once(journal.commit_claim_uri(out, self._config.run_id, rel), b"{}\n")
+        except ValueError:  # no conditional create here: the commit step commits the file
+            return None
+        return (results, found) if won else None
 
     def _write_part(self, key: tuple[str, str, int], inputs: PartInputs) -> tuple[tuple[str, str], FileInputs]:
         root, rel, part = key
@@ -202,12 +253,33 @@ class _WriteParts(beam.DoFn):
         data = sink.parquet_bytes(table)
         final = storage.join(self._config.output_of(header.dataset),
                              paths.output_part_path(header.episodes_file, header.plan.part, header.num_parts))
-        tmp = storage.write_tmp(final, lambda f: f.write(data))
+        with stopping.output_work():
+            tmp = storage.write_tmp(final, lambda f: f.write(data))
         self._counters["episodes"].inc(len(header.rows))
         self._counters["frames"].inc(n_frames)
         self._counters["parts_written"].inc()
         self._counters["output_bytes"].inc(len(data))
         return _part_result(header, tmp_uri=tmp, frames=n_frames, bytes=len(data), sha256=sink.sha256_hex(data))
+
+
+def _strict_error(findings) -> bool:
+    return any(f.severity == quality.ERROR for f in findings)
+
+
+def part_record(result: PartResult, findings) -> dict:
+    """What the journal records of a part written under its temporary name (a written part has no failure)."""
+    return {"part": result.part, "num_parts": result.num_parts, "episode_indices": list(result.episode_indices),
+            "tmp_uri": result.tmp_uri, "frames": result.frames, "bytes": result.bytes,
+            "data_bytes": result.data_bytes, "oversized": result.oversized, "sha256": result.sha256,
+            "findings": [dataclasses.asdict(f) for f in findings]}
+
+
+def part_from_record(root: str, rel: str, record: dict) -> PartResult:
+    """The PartResult a part record holds (`part_record`)."""
+    return PartResult(dataset=root, episodes_file=rel, part=int(record["part"]), num_parts=int(record["num_parts"]),
+                      episode_indices=tuple(int(e) for e in record["episode_indices"]), tmp_uri=record["tmp_uri"],
+                      frames=int(record["frames"]), bytes=int(record["bytes"]), data_bytes=int(record["data_bytes"]),
+                      oversized=bool(record["oversized"]), sha256=str(record["sha256"]))
 
 
 def _header(inputs: PartInputs, part: int, rel: str) -> PartHeader:
@@ -283,33 +355,57 @@ class _CommitEpisodesFile(beam.DoFn):
     def process(self, element: tuple[tuple[str, str], Iterable[FileInputs]]) -> Iterator[tuple[str, DatasetReport]]:
         (root, rel), messages = element
         inputs = FileInputs.merge(messages)
-        if not inputs.results and not inputs.duplicates:
-            # only its sources: the file failed in planning, and that step reported it (a bare `return`
-            # with a comment on its line reads to Beam as returning a value from a generator)
-            return
-        out = self._config.output_of(root)
-        strict = [FailureRecord(root, rel, f.episode_index, f.file, "quality", quality.message(f))
-                  for f in inputs.findings if f.severity == quality.ERROR]
-        outcome = sink.commit_episodes_file(out, root, rel, inputs.results, inputs.duplicates + tuple(strict))
-        table = paths.quality_table_path(rel)
-        storage.write_atomic(output_state.confined(out, table, folder=paths.QUALITY_DIR, what="quality table"),
-                             quality.table_bytes(inputs.findings))
-        checked = FileQuality(rel, json.dumps(quality.summarize(inputs.findings), sort_keys=True), table)
-        progress.add(episodes_files_done=1, episodes_files_failed=int(outcome.status == "failed"))
-        if outcome.status == "imported":  # recorded now, not only in the manifest at the end: a run stopped
-            # before its end keeps this file, and the next run imports only the rest
-            source = inputs.sources[0].to_manifest() if inputs.sources else None
-            entry = {**sink.file_entry(outcome, source, self._config.run_id),
-                     "quality": {"checks": json.loads(checked.checks_json), "table": table}}
-            journal.record_file(out, run_id=self._config.run_id, options=self._config.output_options(),
-                                episodes_file=rel, entry=entry)
-        if outcome.status == "failed":
-            primary = [f for f in outcome.failures if f.rule != "file_failed"] or list(outcome.failures)
-            _LOG.warning("episodes file %s of %s failed: %s", rel, root, primary[0].message)
-        else:
-            _LOG.info("episodes file %s of %s imported: %d episodes, %d frames, %d parts", rel, root,
-                      outcome.episodes, outcome.frames, len(outcome.parts))
-        yield root, DatasetReport(outcomes=(outcome,), quality=(checked,))
+        if inputs.committed:  # by the writer of its last part
+            with stopping.output_work():
+                for r in inputs.results:  # an attempt Beam retried after the commit wrote a part again
+                    if r.tmp_uri:
+                        storage.remove(r.tmp_uri)
+            done = inputs.committed[0]
+            yield root, DatasetReport(outcomes=(done.outcome,), quality=(done.quality,))
+        elif inputs.results or inputs.duplicates:  # else only its sources: it failed in planning, reported there
+            with stopping.output_work():
+                done = commit_file(self._config, root, rel, inputs.results, inputs.duplicates, inputs.findings,
+                                   inputs.sources)
+            yield root, DatasetReport(outcomes=(done.outcome,), quality=(done.quality,))
+
+
+def commit_file(config: ImportConfig, root: str, rel: str, results: Sequence[PartResult],
+                duplicates: Sequence[FailureRecord], findings: Sequence, sources: Sequence) -> CommittedFile:
+    """Commit an episodes file (all its parts or none), write its quality table and, when it imported,
+    record it in the journal at once: a run stopped before its end keeps it, and the next run imports
+    only the rest.
+
+    Args:
+        config: the run's configuration.
+        root: the dataset root URI.
+        rel: the episodes file, relative to the root.
+        results: one per part, as the part writers reported.
+        duplicates: the duplicated episodes that fail it.
+        findings: what the quality checks found in its parts (a strict check's error fails it).
+        sources: what its import is made from (at most one), recorded in its manifest entry.
+    """
+    out = config.output_of(root)
+    strict = [FailureRecord(root, rel, f.episode_index, f.file, "quality", quality.message(f))
+              for f in findings if f.severity == quality.ERROR]
+    outcome = sink.commit_episodes_file(out, root, rel, results, tuple(duplicates) + tuple(strict))
+    table = paths.quality_table_path(rel)
+    storage.write_atomic(output_state.confined(out, table, folder=paths.QUALITY_DIR, what="quality table"),
+                         quality.table_bytes(findings))
+    checked = FileQuality(rel, json.dumps(quality.summarize(findings), sort_keys=True), table)
+    progress.add(episodes_files_done=1, episodes_files_failed=int(outcome.status == "failed"))
+    if outcome.status == "imported":
+        source = sources[0].to_manifest() if sources else None
+        entry = {**sink.file_entry(outcome, source, config.run_id),
+                 "quality": {"checks": json.loads(checked.checks_json), "table": table}}
+        journal.record_file(out, run_id=config.run_id, options=config.output_options(), episodes_file=rel,
+                            entry=entry)
+    if outcome.status == "failed":
+        primary = [f for f in outcome.failures if f.rule != "file_failed"] or list(outcome.failures)
+        _LOG.warning("episodes file %s of %s failed: %s", rel, root, primary[0].message)
+    else:
+        _LOG.info("episodes file %s of %s imported: %d episodes, %d frames, %d parts", rel, root,
+                  outcome.episodes, outcome.frames, len(outcome.parts))
+    return CommittedFile(outcome, checked)
 
 
 def _commit_bug(bad, config: ImportConfig) -> tuple[str, DatasetReport]:
@@ -318,7 +414,8 @@ def _commit_bug(bad, config: ImportConfig) -> tuple[str, DatasetReport]:
     _LOG.error("committing %s of %s failed unexpectedly: %s", rel, root, exc_info[1])
     results = FileInputs.merge(messages).results
     try:
-        sink.discard_episodes_file(config.output_of(root), rel, results)
+        with stopping.output_work():
+            sink.discard_episodes_file(config.output_of(root), rel, results)
     except Exception as ex:  # the net must not tear: the failure below says what happened
         _LOG.error("cleaning up %s of %s failed too: %s", rel, root, ex)
     episodes = tuple(ep for r in results for ep in r.episode_indices)
@@ -367,24 +464,25 @@ class _DatasetWriter(beam.DoFn):
         # Every text the output holds passes the one redaction (records already did; warnings, notes and
         # the dataset's own strings in the manifest too).
         rows = sink.errors_jsonl(failures).decode()
-        manifest = redact(json.dumps(doc, indent=2, sort_keys=True) + "\n", shapes=False).encode()
-        # Both files are written under temporary names first and moved into place only when both are
-        # whole: a disk that fills meanwhile leaves the last run's pair as it was, never a new
-        # errors.jsonl beside an old manifest (or a half-written manifest).
-        written = []
-        try:
-            for name, data in ((paths.ERRORS, redact(rows, shapes=False).encode()), (paths.MANIFEST, manifest)):
-                final = storage.join(out, name)
-                written.append((storage.write_tmp(final, lambda f, data=data: f.write(data)), final))
-            for tmp, final in written:
-                storage.commit(tmp, final)
-        except LeRobotImportError as ex:
-            for tmp, _ in written:
-                storage.remove(tmp)
-            if ex.rule not in UNFINISHED_RULES:
-                raise
-            return self._unfinished(root, ex)
-        journal.clear(out, journal.read_records(out, {})[1])  # the manifest now holds what they recorded
+        with stopping.output_work():
+            manifest = redact(json.dumps(doc, indent=2, sort_keys=True) + "\n", shapes=False).encode()
+            # Both files are written under temporary names first and moved into place only when both are
+            # whole: a disk that fills meanwhile leaves the last run's pair as it was, never a new
+            # errors.jsonl beside an old manifest (or a half-written manifest).
+            written = []
+            try:
+                for name, data in ((paths.ERRORS, redact(rows, shapes=False).encode()), (paths.MANIFEST, manifest)):
+                    final = storage.join(out, name)
+                    written.append((storage.write_tmp(final, lambda f, data=data: f.write(data)), final))
+                for tmp, final in written:
+                    storage.commit(tmp, final)
+            except LeRobotImportError as ex:
+                for tmp, _ in written:
+                    storage.remove(tmp)
+                if ex.rule not in UNFINISHED_RULES:
+                    raise
+                return self._unfinished(root, ex)
+            journal.clear(out, journal.read_records(out, {})[1])  # the manifest now holds what they recorded
         self._counters["errors"].inc(doc["totals"]["errors"])
         self._counters["warnings"].inc(doc["totals"]["warnings"])
         self._counters["datasets_imported" if doc["status"] == "imported" else "datasets_failed"].inc()
@@ -407,16 +505,17 @@ UNFINISHED_RULES = ("disk_full", "output_not_writable")
 class _FinishDataset(_DatasetWriter):
     def process(self, element: tuple[str, Iterable[DatasetReport]]) -> Iterator[dict]:
         root, reports = element
-        try:
-            doc, failures = finish_dataset(self._config, root, DatasetReport.merge(reports))
-        except LeRobotImportError as ex:  # a quality table that does not fit on the disk
-            if ex.rule not in UNFINISHED_RULES:
-                raise
-            self._unfinished(root, ex)
-            return
-        for note in doc["notes"]:
-            _LOG.warning("%s: %s", root, note)
-        written = self._write(root, doc, failures)
+        with stopping.output_work():  # it removes files too (stale shards, removed files' parts)
+            try:
+                doc, failures = finish_dataset(self._config, root, DatasetReport.merge(reports))
+            except LeRobotImportError as ex:  # a quality table that does not fit on the disk
+                if ex.rule not in UNFINISHED_RULES:
+                    raise
+                self._unfinished(root, ex)
+                return
+            for note in doc["notes"]:
+                _LOG.warning("%s: %s", root, note)
+            written = self._write(root, doc, failures)
         if written is not None:
             yield written
 

@@ -11,6 +11,13 @@ step, having written the real manifest, removes the records.
 
 Records are only ever added by the run holding the output's lease; one whose options differ from the
 run reading it is ignored (its output would not be this run's).
+
+An episodes file is committed by the worker that writes its last part, as soon as that is done (not after
+every part of the run): a file of one part at once; a file of several parts by way of one `part` record
+per temporary part written (its size, rows, sha256 and findings), the worker that finds them all recorded
+committing the file once it wins the file's `commit` claim (a create that only one worker can make). Part
+records and claims are never folded: a part is committed only when its file's record is written, and the
+temporaries of a run stopped before that are removed with their records.
 """
 
 from __future__ import annotations
@@ -29,9 +36,20 @@ INTERRUPTED = "interrupted"
 MAX_RECORD_BYTES = 4 << 20
 
 
+#: The kinds of record `read_records` reads (the others only coordinate the run that writes them).
+FOLDED_KINDS = ("file", "shard")
+
+
+def _key(key: str) -> str:
+    return hashlib.sha256(key.encode()).hexdigest()[:24]
+
+
+def _run_folder(out_root: str, run_id: str) -> str:
+    return storage.join(out_root, f"{PROGRESS_DIR}/{run_id or 'run'}")
+
+
 def _record_uri(out_root: str, run_id: str, kind: str, key: str) -> str:
-    name = f"{kind}-{hashlib.sha256(key.encode()).hexdigest()[:24]}.json"
-    return storage.join(out_root, f"{PROGRESS_DIR}/{run_id or 'run'}/{name}")
+    return storage.join(_run_folder(out_root, run_id), f"{kind}-{_key(key)}.json")
 
 
 def record_file(out_root: str, *, run_id: str, options: Mapping, episodes_file: str, entry: Mapping) -> None:
@@ -49,6 +67,40 @@ def record_shard(out_root: str, *, run_id: str, options: Mapping, shard: str, ac
     storage.write_atomic(_record_uri(out_root, run_id, "shard", shard), _dumps(doc))
 
 
+def record_part(out_root: str, *, run_id: str, episodes_file: str, part: int, result: Mapping) -> None:
+    """Record a part of a file of several parts just written under its temporary name (`result`: what the
+    file's commit needs of it, see `write_outputs`)."""
+    doc = {"kind": "part", "run_id": run_id, "episodes_file": episodes_file, "part": part, "result": dict(result)}
+    storage.write_atomic(part_record_uri(out_root, run_id, episodes_file, part), _dumps(doc))
+
+
+def part_record_uri(out_root: str, run_id: str, episodes_file: str, part: int) -> str:
+    return storage.join(_run_folder(out_root, run_id), f"part-{_key(episodes_file)}-{part:06d}.json")
+
+
+def recorded_parts(out_root: str, run_id: str, episodes_file: str) -> dict[int, dict]:
+    """The parts of an episodes file this run has recorded so far: part number -> its `result`."""
+    folder = _run_folder(out_root, run_id)
+    prefix = f"part-{_key(episodes_file)}-"
+    found: dict[int, dict] = {}
+    for name in storage.list_dir(folder):
+        if not (name.startswith(prefix) and name.endswith(".json")):
+            continue
+        try:  # bounded, as every record is; one that cannot be read leaves the file to the commit step
+            doc = json.loads(storage.read_state_file(storage.join(folder, name), what="journal record", file=name,
+                                                     max_bytes=MAX_RECORD_BYTES) or b"null")
+        except (OSError, ValueError, RecursionError, LeRobotImportError):
+            continue
+        if isinstance(doc, dict) and doc.get("episodes_file") == episodes_file and isinstance(doc.get("result"), dict):
+            found[int(doc["part"])] = doc["result"]
+    return found
+
+
+def commit_claim_uri(out_root: str, run_id: str, episodes_file: str) -> str:
+    """The claim the worker committing an episodes file of several parts makes first (created once)."""
+    return _record_uri(out_root, run_id, "commit", episodes_file)
+
+
 def read_records(out_root: str, options: Mapping) -> tuple[list[dict], list[str]]:
     """The records under OUT/.journal/ made with `options`, and every record's URI (to remove them)."""
     found, uris = [], []
@@ -58,6 +110,8 @@ def read_records(out_root: str, options: Mapping) -> tuple[list[dict], list[str]
         return [], []
     for uri in listed:
         uris.append(uri)
+        if not uri.rsplit("/", 1)[-1].startswith(tuple(f"{kind}-" for kind in FOLDED_KINDS)):
+            continue  # a part record or a claim: nothing the manifest holds
         try:
             # bounded, a regular file only, never through a link: the output's own state
             doc = json.loads(storage.read_state_file(uri, what="journal record", file=storage.relative_to(
