@@ -219,3 +219,28 @@ def test_part_records_and_claims_are_never_folded(tmp_path):
     assert list(folded["episodes_files"]) == ["meta/episodes/chunk-000/file-002.parquet"]
     journal.clear(out, uris)
     assert not (tmp_path / "out" / ".journal").exists()
+
+
+def test_a_killed_run_leaves_its_journal_and_the_next_run_imports_only_the_rest(dataset, references, tmp_path,
+                                                                                 capsys):
+    """SIGKILL: no cleanup at all. The next run takes the dead run's lease over, folds its journal (the
+    files it committed are kept, its part records and claims are not commits), removes its temporaries
+    and ends with the output of one uninterrupted run."""
+    fs = fsspec.filesystem("file")
+    out = tmp_path / "out"
+    extra = ("--data-span-limit", "1")
+    proc, started = _interrupt(dataset, str(out), fs, str(out), signal.SIGKILL, {}, extra)
+    assert proc.returncode == -signal.SIGKILL and started < FILES // 2
+    committed = len(list((out / ".journal").rglob("file-*.json")))
+    assert 3 <= committed < FILES
+    reference = references(extra)
+    capsys.readouterr()
+    assert run_import(dataset, out, *extra) == 0
+    text = capsys.readouterr().out
+    assert re.search(rf"^file://{dataset}: took over the expired lease on file://{out} of run \w+ .*that run is "
+                     "presumed dead$", text, re.M), text
+    summary = next(x for x in text.splitlines() if x.startswith(f"file://{dataset}: imported - "))
+    assert int(re.search(r"\((\d+) unchanged\)", summary).group(1)) >= committed
+    names = [p.name for p in out.rglob("*")]
+    assert not [n for n in names if ".tmp-" in n] and not (out / ".journal").exists()
+    assert _outputs(fs, str(out)) == reference
