@@ -103,6 +103,11 @@ class DatasetPlan:
             out[f.action] += 1
         return out
 
+    @property
+    def failing(self) -> list[FilePlan]:
+        """The episodes files to import whose import would fail, as far as planning can tell."""
+        return [f for f in self._importing() if f.problem]
+
     def _importing(self) -> list[FilePlan]:
         return [f for f in self.files if f.action == sources.IMPORT]
 
@@ -233,6 +238,9 @@ def _file_plan(scanned: sources.DatasetSources, decision: sources.EpisodesFileDe
             decoded = sum(p.decoded_bytes for p in plans)
         except LeRobotImportError as ex:
             problem = str(ex)
+    if problem is None:  # a data file or MP4 its rows reference and the dataset does not hold
+        missing = sources.missing_source(src, scanned.listing, scanned.root)
+        problem = str(missing) if missing is not None else None
     return FilePlan(decision.episodes_file, decision.action, decision.reason, episodes, parts, data_bytes,
                     src.video_files, decoded, problem, sources=src)
 
@@ -289,7 +297,7 @@ def targets(dataset: Sequence[str], datasets: Optional[str], output: str) -> lis
 EXIT_STATUS = """\
 exit status:
   0  every dataset can be imported (the plan is printed)
-  1  a dataset cannot be imported (the plan says why)
+  1  a dataset cannot be imported, or an episodes file would fail (the plan says why)
   2  the command line is wrong
 """
 
@@ -310,7 +318,8 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def run(argv: Optional[Sequence[str]] = None) -> int:
-    """Plan every dataset of the command line and print the plans; 1 when a dataset cannot be imported."""
+    """Plan every dataset of the command line and print the plans; 1 when a dataset cannot be imported or
+    an episodes file would fail."""
     ap = _parser()
     args, _beam_options = ap.parse_known_args(argv)
     if not args.output:
@@ -319,14 +328,29 @@ def run(argv: Optional[Sequence[str]] = None) -> int:
                             inline_index=args.inline_index, skip_videos=args.skip_videos, force=args.force,
                             verify_output=args.verify_output)
     options = output_options(settings)
-    plans = [plan_dataset(root, out, options, force=settings.force, verify_output=settings.verify_output)
-             for root, out in targets(args.dataset or [], args.datasets, args.output)]
+    try:
+        pairs = targets(args.dataset or [], args.datasets, args.output)
+    except LeRobotImportError as ex:  # a Hub root that cannot be pinned (unreachable, private, no such revision)
+        print(f"error: {ex}")
+        return 1
+    plans = [_plan_or_problem(root, out, options, settings) for root, out in pairs]
     if args.json:
         print(json.dumps([p.to_json() for p in plans], indent=2, sort_keys=True))
     else:
         for p in plans:
             print(render(p, every_file=args.list))
-    return 1 if any(p.problem for p in plans) else 0
+    return 1 if any(p.problem or p.failing for p in plans) else 0
+
+
+def _plan_or_problem(root: str, out: str, options: dict[str, Any], settings: PlanSettings) -> DatasetPlan:
+    """The plan of one dataset; one whose storage fails while it is planned is a dataset that cannot be
+    imported, with that cause, never a traceback."""
+    try:
+        return plan_dataset(root, out, options, force=settings.force, verify_output=settings.verify_output)
+    except LeRobotImportError as ex:
+        return _unplannable(storage.normalize_root(root), out, options, str(ex))
+    except OSError as ex:
+        return _unplannable(root, out, options, f"the dataset cannot be read ({ex}); check the dataset root")
 
 
 def render(p: DatasetPlan, *, every_file: bool = False) -> str:
@@ -336,6 +360,9 @@ def render(p: DatasetPlan, *, every_file: bool = False) -> str:
              f"{c['removed']} to remove"]
     if p.problem:
         lines.append(f"  cannot import: {p.problem}")
+    if p.failing:
+        lines.append(f"  would fail: {len(p.failing)} of the {c['import']} episodes files to import (each named "
+                     "below with why)")
     if p.lease:
         lines.append(f"  lease: {p.lease}")
     lines += [f"  {note}" for note in p.repairs]

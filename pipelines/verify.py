@@ -14,7 +14,9 @@ What holds for a sound import, each checked and each failure named by its file:
   * no file under `episodes/` or `media_index/` that the manifest does not list, and no temporary
     file (`.<name>.tmp-*`) left anywhere in the output by a write that never finished;
   * with `--sources`: every episodes file is as the dataset has it now (none new, changed, gone, or
-    failed last time), as the next run would decide.
+    failed last time), as the next run would decide; the dataset's info.json is one an import accepts
+    and its last import did not fail as a whole; no episodes file the next run would import references
+    a data file or MP4 that is not there (`would_fail`, an MP4's with the `--skip-videos` hint).
 
 Exit status 0 when all holds, 1 with the list of problems, and, when the import repairs them, the command
 that does (`repair_command`): the same import again (with --verify-output when only a checksum shows the
@@ -71,7 +73,8 @@ class Problem:
     episodes file its path in the dataset)."""
 
     path: str
-    kind: str  # manifest | missing | size | checksum | unreadable | rows | unlisted | tmp | errors | stale | sources
+    kind: str  # manifest | missing | size | checksum | unreadable | rows | unlisted | tmp | errors | stale |
+    #            would_fail | sources
     message: str
 
     def __str__(self) -> str:
@@ -351,11 +354,25 @@ def stale_episodes_files(manifest: dict) -> list[Problem]:
         return [Problem(paths.MANIFEST, "sources", f"the dataset {dataset} cannot be read ({unreadable}): moved, "
                         "removed or not reachable with these credentials; the next run fails it and removes none "
                         "of this output")]
+    problems = []
+    if scanned.info_problem is not None:  # every episodes file fails on it: the dataset does, as a whole
+        problems.append(Problem(paths.MANIFEST, "sources", f"the dataset {dataset} cannot be imported: "
+                                f"{scanned.info_problem}"))
+    elif manifest.get("status") == "failed" and not manifest.get("episodes_files"):
+        problems.append(Problem(paths.MANIFEST, "sources", "the last import failed as a whole, before any episodes "
+                                f"file ({paths.ERRORS} says why); the next run tries the dataset again"))
     decisions, _ = decide_run(scanned.files, manifest, scanned.listing.token,
                               dataset_file=lambda rel: storage.join(dataset, rel),
                               inline_index=bool(options.get("inline_index")))
-    return [Problem(d.episodes_file, "stale", STALE_REASONS.get(d.reason, d.reason))
-            for d in decisions if d.action != sources.UNCHANGED]
+    for d in decisions:
+        if d.action == sources.UNCHANGED:
+            continue
+        problems.append(Problem(d.episodes_file, "stale", STALE_REASONS.get(d.reason, d.reason)))
+        failing = None if d.sources is None or scanned.info_problem else (
+            d.sources.problem or sources.missing_source(d.sources, scanned.listing, dataset))
+        if failing is not None:
+            problems.append(Problem(d.episodes_file, "would_fail", f"its next import would fail: {failing}"))
+    return problems
 
 
 #: Problems of a part or shard that the next import finds by sizes alone, and repairs (`damage.find_damage`).
@@ -379,7 +396,10 @@ def repair_command(report: VerifyReport, output: Optional[str] = None) -> Option
     sized = {path for path, kinds in by_path.items() if kinds & set(_FOUND_BY_SIZE)}
     summed = {path for path, kinds in by_path.items() if path not in sized and kinds & set(_FOUND_BY_CHECKSUM)}
     unseen = {path for path, kinds in by_path.items() if path not in sized | summed and kinds & set(_FOUND_BY_NONE)}
-    stale = any(p.kind == "stale" for p in report.problems)
+    # A stale file that failed last time, or would fail, needs its cause fixed first: running again is no repair.
+    failing = {p.path for p in report.problems if p.kind == "would_fail"}
+    stale = any(p.kind == "stale" and p.message != STALE_REASONS["failed last run"] and p.path not in failing
+                for p in report.problems)
     if not (sized or summed or unseen or stale):
         return None
     words = ["lerobot-import", "--dataset", _shown_dataset(report.dataset), "--output", output or report.output]

@@ -68,8 +68,7 @@ class ImportConfig:
 
 @functools.lru_cache(maxsize=64)
 def _load_info_cached(root: str, skip_videos: bool) -> DatasetInfo:
-    info = read_info(root)
-    return info.without_videos() if skip_videos else info
+    return read_info(root, skip_videos=skip_videos)
 
 
 def load_info(root: str, *, skip_videos: bool = False) -> DatasetInfo:

@@ -55,11 +55,11 @@ def check_dataset(root: str, *, skip_videos: bool = False) -> CheckedDataset:
         `lfs_pointer`, `not_a_file`, `limit`, `codebase_version` (or another info.json rule) or
         `episodes_file`, the first check that fails."""
     uri = check_root(root)
-    info = read_info(uri)
+    info = read_info(uri, skip_videos=skip_videos)
     files = v2_groups(uri, info) if info.is_v2 else list_episodes_files(uri)
     if not files:
         raise _no_episodes_files(uri)
-    return CheckedDataset(uri, info.without_videos() if skip_videos else info, files)
+    return CheckedDataset(uri, info, files)
 
 
 def v2_groups(root: str, info: DatasetInfo) -> tuple[str, ...]:
@@ -106,9 +106,10 @@ def check_is_dataset(root: str) -> str:
     return uri
 
 
-def read_info(root: str, *, repo_id: Optional[str] = None) -> DatasetInfo:
+def read_info(root: str, *, repo_id: Optional[str] = None, skip_videos: bool = False) -> DatasetInfo:
     """meta/info.json of the dataset at `root` (a normalised URI), read (at most INFO_JSON_MAX_BYTES) and
-    parsed. A missing info.json says the folder is not a LeRobot dataset and where datasets are."""
+    parsed (`skip_videos`: without its video features, `video_path` unread). A missing info.json says the
+    folder is not a LeRobot dataset and where datasets are."""
     try:
         raw = storage.read_bytes(storage.dataset_file(root, INFO_PATH), what="info file", file=INFO_PATH,
                                  max_bytes=INFO_JSON_MAX_BYTES)
@@ -116,7 +117,7 @@ def read_info(root: str, *, repo_id: Optional[str] = None) -> DatasetInfo:
         if ex.rule != "file_missing":
             raise
         raise _not_a_dataset(root) from None
-    return parse_info(raw, repo_id=repo_id or hf_repo_id(root))
+    return parse_info(raw, repo_id=repo_id or hf_repo_id(root), skip_videos=skip_videos)
 
 
 def list_episodes_files(root: str) -> tuple[str, ...]:

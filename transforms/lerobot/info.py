@@ -204,9 +204,6 @@ class DatasetInfo:
         return tuple(f.name for f in self.features
                      if f.kind in ("video", "image") and f.name.startswith("observation.images."))
 
-    def without_videos(self) -> "DatasetInfo":
-        return dataclasses.replace(self, features=self.frame_features, video_path=None)
-
     def data_file(self, chunk_index: int, file_index: int) -> str:
         return self.data_path.render(chunk_index=chunk_index, file_index=file_index)
 
@@ -215,23 +212,27 @@ class DatasetInfo:
         return self.video_path.render(video_key=video_key, chunk_index=chunk_index, file_index=file_index)
 
 
-def parse_info(raw: bytes, *, repo_id: Optional[str] = None) -> DatasetInfo:
+def parse_info(raw: bytes, *, repo_id: Optional[str] = None, skip_videos: bool = False) -> DatasetInfo:
     """Parse and validate info.json bytes, in the order a person would look: a JSON object, its
     codebase version, its features, its path templates.
 
     Args:
         raw: the bytes of meta/info.json.
         repo_id: the dataset's Hugging Face repo id when known, to name in the converter's command.
+        skip_videos: leave the video features out (`--skip-videos`): `video_path` is then not read at all,
+            so a dataset whose video template is wrong or missing imports without its cameras.
     Returns:
         The validated DatasetInfo. Raises LeRobotImportError naming the rule broken."""
     doc = _json_object(raw)
     version = check_codebase_version(doc.get("codebase_version"), repo_id=repo_id)
     v2 = version in V2_VERSIONS
     features = _parse_features(doc.get("features"))
+    if skip_videos:
+        features = tuple(f for f in features if f.kind != "video")
     if "data_path" not in doc or doc["data_path"] is None:
         raise LeRobotImportError("missing_data_path", "info.json has no `data_path`", file=INFO_PATH)
     if v2:
-        _check_v2_templates(doc, version)
+        _check_v2_templates(doc, version, keys=("data_path",) if skip_videos else ("data_path", "video_path"))
     data_path = PathTemplate("data_path", doc["data_path"],
                              V2_DATA_PLACEHOLDERS if v2 else ("chunk_index", "file_index"))
     video_path = None
@@ -255,10 +256,10 @@ def parse_info(raw: bytes, *, repo_id: Optional[str] = None) -> DatasetInfo:
                        video_path=video_path, sha256=hashlib.sha256(raw).hexdigest(), chunks_size=chunks_size)
 
 
-def _check_v2_templates(doc: dict, version: str) -> None:
+def _check_v2_templates(doc: dict, version: str, keys: tuple[str, ...]) -> None:
     """A v2.x info.json whose templates place files by chunk and file (v3.0's `{chunk_index}` and
     `{file_index}`) describes v3.0 files: the version is what is wrong, not the template."""
-    for key in ("data_path", "video_path"):
+    for key in keys:
         template = doc.get(key)
         if isinstance(template, str) and ("{chunk_index" in template or "{file_index" in template):
             raise LeRobotImportError("codebase_version", f"info.json says {version}, but its `{key}` "

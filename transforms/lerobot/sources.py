@@ -160,6 +160,23 @@ class EpisodesFileSources:
                 "source_data_files": list(self.data_files), "source_video_files": list(self.video_files)}
 
 
+def missing_source(src: EpisodesFileSources, listing: SourceListing, root: str) -> Optional[LeRobotImportError]:
+    """The first data file or MP4 an episodes file's rows reference that the dataset's listing does not
+    hold, as the error its import would fail with (an MP4's says `--skip-videos` imports without clips);
+    None when every one is there. Costs nothing beyond the listing a plan has already made."""
+    for rel in src.data_files:
+        if listing.get(rel) is None:
+            return LeRobotImportError("file_missing", f"data file {rel} does not exist (expected at "
+                                      f"{storage.join(root, rel)})", file=rel)
+    for rel in src.video_files:
+        if listing.get(rel) is None:
+            return LeRobotImportError("file_missing", f"video file {rel} does not exist (expected at "
+                                      f"{storage.join(root, rel)}), so the episodes using it cannot be imported "
+                                      "with their clips; --skip-videos imports the dataset without its video "
+                                      "features", file=rel)
+    return None
+
+
 def basis_digest(listing: SourceListing, info: Optional[str], episodes_file: str,
                  options: Mapping[str, Any]) -> str:
     """The digest of what an episodes file's references are read from: the options, `info_digest` (None
@@ -244,10 +261,10 @@ def load_info(root: str, *, skip_videos: bool) -> tuple[Optional[DatasetInfo], O
         return None, None, str(ex)
     digest = info_digest(raw)
     try:
-        info = parse_info(raw)
+        info = parse_info(raw, skip_videos=skip_videos)
     except LeRobotImportError as ex:
         return None, digest, str(ex)
-    return (info.without_videos() if skip_videos else info), digest, None
+    return info, digest, None
 
 
 def scan_dataset(root: str, options: Mapping[str, Any], *, previous_manifest: Optional[Mapping] = None,
