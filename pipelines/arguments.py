@@ -8,6 +8,7 @@
 from __future__ import annotations
 
 from transforms.lerobot.span import DATA_SPAN_LIMIT
+from transforms.run_limits import DEFAULT_DEADLINES_S, HUB_LIST_MAX_ITEMS, HUB_LIST_MAX_PAGES
 
 
 def add_import_arguments(parser) -> None:
@@ -65,6 +66,21 @@ def add_import_arguments(parser) -> None:
                              "check only warns (OUT/quality/ and the manifest's `quality` list the findings). "
                              "The checks: timestamp_grid, timestamp_steps, video_samples, dataset_totals, "
                              "episode_tasks, undeclared_columns, non_finite, frozen_feature, episode_rows.")
+    defaults = ",".join(f"{phase}={seconds:.0f}" for phase, seconds in DEFAULT_DEADLINES_S.items())
+    parser.add_argument("--phase_deadline", "--phase-deadline", dest="phase_deadline", default=None,
+                        metavar="PHASE=SECONDS,...",
+                        help="Seconds one piece of a run phase may take before it fails with rule deadline (a "
+                             "stuck or hostile source): check (a dataset), plan (an episodes file, an MP4's "
+                             "index), write (a part), finish (a commit, a dataset's manifest); SECONDS alone "
+                             f"sets every phase. Default: {defaults}.")
+    parser.add_argument("--hub_list_max_pages", "--hub-list-max-pages", dest="hub_list_max_pages", type=int,
+                        default=HUB_LIST_MAX_PAGES, metavar="N",
+                        help="Pages a Hugging Face Hub listing may have before it is refused (rule limit). "
+                             f"Default: {HUB_LIST_MAX_PAGES} (1,000 entries a page).")
+    parser.add_argument("--hub_list_max_items", "--hub-list-max-items", dest="hub_list_max_items", type=int,
+                        default=HUB_LIST_MAX_ITEMS, metavar="N",
+                        help="Entries a Hugging Face Hub listing may have before it is refused (rule limit). "
+                             f"Default: {HUB_LIST_MAX_ITEMS}.")
 
 
 def add_run_arguments(parser) -> None:

@@ -70,11 +70,32 @@ def config_from_options(options: ImportOptions, *, run_id: str = "", started_at:
         strict = quality.parse_strict(options.strict)
     except ValueError as ex:  # a check name that is no check: the command line is wrong
         raise cli.UsageError(f"error: {ex}") from None
+    limits = limits_from_options(options)
     return ImportConfig(targets=targets, one_part=options.one_part,
                         data_span_limit=options.data_span_limit, inline_index=options.inline_index,
                         skip_videos=options.skip_videos, force=options.force, run_id=run_id,
                         started_at=started_at, strict=strict,
-                        verify_output=options.verify_output)
+                        verify_output=options.verify_output, limits=limits)
+
+
+def limits_from_options(options: ImportOptions):  # -> run_limits.RunLimits
+    """The run's bounds (--phase_deadline, --hub_list_max_pages, --hub_list_max_items), installed for the
+    command's own reads too (pins, listings of its targets); a value that is none is a usage error."""
+    from transforms import run_limits
+    try:
+        limits = run_limits.RunLimits(run_limits.parse_deadlines(options.phase_deadline),
+                                      _positive(options.hub_list_max_pages, "--hub_list_max_pages"),
+                                      _positive(options.hub_list_max_items, "--hub_list_max_items"))
+    except ValueError as ex:
+        raise cli.UsageError(f"error: {ex}") from None
+    run_limits.install(limits)
+    return limits
+
+
+def _positive(value, option: str) -> int:
+    if value is None or int(value) < 1:
+        raise ValueError(f"{option} must be a whole number above 0, not {value!r}")
+    return int(value)
 
 
 def build_pipeline(options: PipelineOptions, config: ImportConfig, started_at: Optional[str] = None) -> beam.Pipeline:
@@ -124,7 +145,9 @@ def run(argv: Optional[Sequence[str]] = None, *, wait: bool = True, verbosity: i
         raise SystemExit(f"error: {problem}")
     if is_dry_run(options):
         return dry_run(options, import_options)
-    planned = run_targets(import_options, check=wait)
+    from transforms import run_limits
+    with run_limits.piece(limits_from_options(import_options), "check", "the datasets of the command line"):
+        planned = run_targets(import_options, check=wait)
     config = config_from_options(import_options, run_id=uuid.uuid4().hex, started_at=sink.now_iso(),
                                  targets=planned)
     left_out = left_out_lines(planned)
@@ -157,6 +180,8 @@ def run(argv: Optional[Sequence[str]] = None, *, wait: bool = True, verbosity: i
                 result = run_interruptibly(build_pipeline(options, config))
         except Interrupted as ex:
             return stop_interrupted(config, ex.signum)
+        except Stuck as ex:
+            return stop_stuck(config, ex.error)
         outcomes: dict[str, str] = {}
         status = summarize(result, config, outcomes)
         if planned.bulk:
@@ -272,18 +297,52 @@ def run_interruptibly(pipeline: beam.Pipeline):  # -> its PipelineResult
             signal.signal(s, signal.SIG_IGN)
         raise Interrupted(signum)
 
+    from transforms import run_limits
+
     previous = {s: signal.signal(s, interrupt) for s in (signal.SIGINT, signal.SIGTERM)}
+    since = time.monotonic()
     try:
         worker = threading.Thread(target=target, name="lerobot-import-pipeline", daemon=True)
         worker.start()
         while worker.is_alive():
             worker.join(0.2)
+            stuck = run_limits.overdue(since=since)  # stuck inside one request, out of its checks
+            if stuck is not None:
+                for s in (signal.SIGINT, signal.SIGTERM):
+                    signal.signal(s, signal.SIG_IGN)
+                raise Stuck(stuck)
     finally:
         for s, handler in previous.items():
             signal.signal(s, handler)
     if "error" in box:
         raise box["error"]
     return box["result"]
+
+
+class Stuck(BaseException):
+    """A piece of a run phase stayed past its deadline inside one request (`run_limits.overdue`)."""
+
+    def __init__(self, error: Exception) -> None:
+        super().__init__(str(error))
+        self.error = error
+
+
+def stop_stuck(config: ImportConfig, error: Exception) -> int:
+    """End a run whose pipeline is stuck past a phase's deadline: as an interrupted run ends (what was
+    committed kept and recorded, temporaries removed, the lease released by the caller's exit), with one
+    line naming the phase, the piece and what it waited on. Returns 1."""
+    from transforms.errors import LeRobotImportError
+
+    kept = 0
+    for root, out in config.targets:
+        try:
+            kept += _keep_committed(root, out, config.output_options(), config.run_id, "the phase deadline")
+        except (OSError, LeRobotImportError, ValueError) as ex:
+            print(f"{root}: could not record what was committed ({ex}); the next run imports it again -> {out}")
+    noun = "episodes file" if kept == 1 else "episodes files"
+    print(f"error: {error}; the run was stopped ({kept} {noun} committed before it kept and recorded, temporary "
+          "files removed, lease released)")
+    return 1
 
 
 def stop_interrupted(config: ImportConfig, signum: int) -> int:

@@ -54,6 +54,9 @@ GOOD = {
     "strict": {"all": "all", "timestamp_grid": "timestamp_grid",
                "timestamp_grid,video_samples": "timestamp_grid,video_samples"},
     "data_span_limit": {"67108864": 67108864, "1": 1, "1099511627776": 1099511627776},
+    "phase_deadline": {"600": "600", "plan=60": "plan=60", "check=1800,write=7200.5": "check=1800,write=7200.5"},
+    "hub_list_max_pages": {"2000": 2000, "1": 1},
+    "hub_list_max_items": {"1000000": 1000000, "5000000": 5000000},
 }
 BAD = {
     "dataset": ["", "/local/path", "my-bucket/x", "s3://bkt/x", "gs://", "gs://B/x", "gs://ab c/x",
@@ -69,6 +72,9 @@ BAD = {
     "skip_videos": ["", "t", "f"],
     "strict": ["", "ALL", "timestamp_grid,", ",all", "timestamp_grid, video_samples", "a;b"],
     "data_span_limit": ["", "0", "-1", "64MiB", "1e6", "01", " 5", "1.5"],
+    "phase_deadline": ["", "plan", "plan=", "listing=5", "plan=5,", "plan=5, write=6", "-1", "plan=1e3"],
+    "hub_list_max_pages": ["", "0", "-5", "1.5", "01"],
+    "hub_list_max_items": ["", "0", "1e6", "10 "],
 }
 
 

@@ -17,7 +17,7 @@ pytest.importorskip("huggingface_hub", reason="the Hub tests need huggingface_hu
 from tests.dataset_factory import DatasetSpec, write_dataset  # noqa: E402
 from tests.helpers import SAMPLE, copy_dataset, read_errors, run_import  # noqa: E402
 from tests.hub_standin import HubStandIn  # noqa: E402
-from transforms import hub  # noqa: E402
+from transforms import hub, run_limits  # noqa: E402
 
 TOKEN = "hf_hostile_token_8c1d2e3f4a"
 
@@ -72,15 +72,14 @@ def test_listing_linking_another_host_is_not_followed(tmp_path, capfd):
 
 
 @pytest.mark.parametrize("mode", ["endless", "repeat", "fresh"])
-def test_endless_listing_stops(tmp_path, monkeypatch, mode, capfd):
-    monkeypatch.setattr(hub, "LIST_MAX_PAGES", 40)
+def test_endless_listing_stops(tmp_path, mode, capfd):
     with HubStandIn(tree_page_size=2) as standin, standin.configure():
         standin.add_dataset("test/endless", _dataset(tmp_path))
         standin.hostile["tree_next"] = mode
         start = time.monotonic()
         status = None
         try:
-            status = run_import("hf://datasets/test/endless", tmp_path / "out")
+            status = run_import("hf://datasets/test/endless", tmp_path / "out", "--hub_list_max_pages", "40")
         except SystemExit as ex:
             message = str(ex)
         else:
@@ -96,8 +95,9 @@ def test_endless_listing_stops(tmp_path, monkeypatch, mode, capfd):
         assert pages <= 41 * 3, pages
         (error,) = read_errors(tmp_path / "out")
         assert error["rule"] == "limit" and "/meta goes on past 40 pages and " in error["message"], error
-        assert f"entries (at most 40 pages and {hub.LIST_MAX_ITEMS:,} entries are read): a repository that large " \
-            "is not a dataset root" in error["message"], error
+        assert f"entries (at most 40 pages and {run_limits.HUB_LIST_MAX_ITEMS:,} entries are read): a repository " \
+            "that large is not a dataset root (--hub_list_max_pages, --hub_list_max_items raise the bounds)" \
+            in error["message"], error
     else:
         assert pages <= 41 * 3, pages  # each listing stops at its first empty page
         assert status == 0, message  # the pages past the end are empty: the listing stops there, whole

@@ -207,3 +207,25 @@ def test_manifest_write_on_a_full_or_read_only_disk_is_named(case, monkeypatch, 
     assert run_import(dataset, out) == 0
     report, = verify.verify(str(out))
     assert report.ok, report.problems
+
+
+def test_read_only_output_folder_is_named_and_nothing_is_written(case, tmp_path, monkeypatch, capsys):
+    """A read-only --output (a read-only mount; root ignores a folder's mode bits, so the filesystem's
+    answer is what the test gives): one line naming rule output_not_writable, nothing written there."""
+    dataset, _ = case
+    out = tmp_path / "ro"
+    out.mkdir()
+    real_open = os.open
+
+    def read_only(path, flags, *args, **kwargs):
+        if str(path).startswith(str(out)) and flags & (os.O_CREAT | os.O_WRONLY | os.O_RDWR):
+            raise OSError(errno.EROFS, os.strerror(errno.EROFS), str(path))
+        return real_open(path, flags, *args, **kwargs)
+
+    monkeypatch.setattr(os, "open", read_only)
+    assert run_import(dataset, out) == 1
+    text = capsys.readouterr().out
+    assert (f"error: [output_not_writable] writing file://{out}/.lease.json failed: Read-only file system; give "
+            "--output a folder this run may write (not a read-only filesystem), or fix its permissions") in text, text
+    assert "Traceback" not in text and "internal" not in text
+    assert list(out.iterdir()) == []

@@ -176,6 +176,8 @@ RULES: dict[str, str] = {
     "disk_full": "the output's storage has no space left (or the quota is used up)",
     "output_not_writable": "the output cannot be written: a read-only folder, a file where a folder must be, "
                            "or no permission",
+    "deadline": "a piece of a run phase (checking a dataset, planning an episodes file, writing a part, "
+                "finishing) ran past its deadline: the source is stuck or too slow (--phase_deadline)",
 }
 
 
@@ -219,12 +221,34 @@ class LeRobotImportError(Exception):
         prefix = ", ".join(where)
         return f"[{self.rule}] {prefix + ': ' if prefix else ''}{self.message}"
 
+    def __repr__(self) -> str:
+        # Beam's exception handling hands on an exception as its type and repr: the repr keeps its rule and
+        # context, so a rule met where no step expected it is still recorded as that rule (`rule_of_repr`).
+        return f"{type(self).__name__}({str(self)!r})"
+
     def __reduce__(self):
         return (_rebuild, (self.rule, self.message, self.file, self.episode_index, self.dataset, self.episodes_file))
 
     def to_record(self) -> "FailureRecord":
         return FailureRecord(dataset=self.dataset, episodes_file=self.episodes_file,
                              episode_index=self.episode_index, file=self.file, rule=self.rule, message=str(self))
+
+
+def rule_of_repr(exc_type: type, text: str) -> Optional[tuple[str, str]]:
+    """(rule, message) of a `LeRobotImportError` known only by its type and repr (as Beam's exception
+    handling reports it), or None for any other exception."""
+    import ast
+    if not (isinstance(exc_type, type) and issubclass(exc_type, LeRobotImportError)):
+        return None
+    head = f"{exc_type.__name__}("
+    if not (text.startswith(head) and text.endswith(")")):
+        return None
+    try:
+        message = ast.literal_eval(text[len(head):-1])
+    except (ValueError, SyntaxError):
+        return None
+    rule = message[1:message.find("]")] if isinstance(message, str) and message.startswith("[") else None
+    return (rule, message) if rule in RULES else None
 
 
 def _rebuild(rule, message, file, episode_index, dataset, episodes_file) -> LeRobotImportError:

@@ -41,6 +41,7 @@ import threading
 import time
 from typing import Any, Callable, Optional, TypeVar
 
+from transforms import run_limits
 from transforms.errors import LeRobotImportError, quote
 from transforms.errors import redact as errors_redact
 
@@ -374,12 +375,8 @@ def _hub():
 # otherwise run to its bounds). huggingface_hub's pager is replaced by this one (every listing of the
 # library goes through it: trees, datasets, commits).
 
-#: A listing reads at most this many pages (1,000 entries a page on the Hub: two million entries).
-LIST_MAX_PAGES = 2_000
-#: ... and at most this many entries in all (a v2.1 dataset of 100,000 episodes and 3 cameras lists 400,000
-#: files recursively).
-LIST_MAX_ITEMS = 1_000_000
-#: ... within this many seconds.
+# The page and entry bounds are the run's (`run_limits.RunLimits`: --hub_list_max_pages, --hub_list_max_items).
+#: A listing ends within this many seconds.
 LIST_DEADLINE_S = 900.0
 
 
@@ -406,7 +403,10 @@ def guarded_pages(path: str, params: Any, headers: dict, timeout: Optional[float
     from huggingface_hub.utils import hf_raise_for_status, http_backoff
 
     get = get or (lambda url, **kw: http_backoff("GET", url, **kw))
+    limits = run_limits.current()
+    max_pages, max_items = limits.hub_list_max_pages, limits.hub_list_max_items
     home = _origin(path)
+    run_limits.check(f"the Hub's listing {path}")
     deadline = time.monotonic() + LIST_DEADLINE_S
     response = get(path, params=params, headers=headers, timeout=timeout)
     pages = items = 0
@@ -435,16 +435,18 @@ def guarded_pages(path: str, params: Any, headers: dict, timeout: Optional[float
             raise LeRobotImportError("io", f"the Hub's listing {path} links its next page to another host "
                                      f"({scheme}://{host}:{port}); the listing is not followed there (the request "
                                      "carries the token): check HF_ENDPOINT, and try again later")
-        if following is not None and (pages >= LIST_MAX_PAGES or items >= LIST_MAX_ITEMS):
+        if following is not None and (pages >= max_pages or items >= max_items):
             raise LeRobotImportError("limit", f"the Hub's listing {path} goes on past {pages:,} pages and {items:,} "
-                                     f"entries (at most {LIST_MAX_PAGES:,} pages and {LIST_MAX_ITEMS:,} entries are "
-                                     "read): a repository that large is not a dataset root")
+                                     f"entries (at most {max_pages:,} pages and {max_items:,} entries are "
+                                     "read): a repository that large is not a dataset root (--hub_list_max_pages, "
+                                     "--hub_list_max_items raise the bounds)")
         if following is not None and time.monotonic() > deadline:
             raise LeRobotImportError("io", f"the Hub's listing {path} took more than {LIST_DEADLINE_S:.0f} s "
                                      f"({pages:,} pages): try again later")
         yield page, following is None
         if following is None:
             return
+        run_limits.check(f"page {pages + 1:,} of the Hub's listing {path}")
         response = get(following, headers=headers, timeout=timeout)
 
 
@@ -687,6 +689,7 @@ def _range_body(response: Any, start: int, end: int, resolved: Any) -> bytes:
             raise LeRobotImportError("io", f"the Hub sent more than the {want} bytes asked for ({start}..{end}) of "
                                      f"{where}: try again later")
         chunks.append(chunk)
+        run_limits.check(f"bytes {start}..{end} of {where}")
         if time.monotonic() > deadline:  # a byte every few seconds never trips the per-request timeout
             raise LeRobotImportError("io", f"reading bytes {start}..{end} of {where} took more than "
                                      f"{READ_DEADLINE_S:g} s (the Hub sent {got} bytes by then): try again later")

@@ -44,7 +44,7 @@ from transforms.media_files import ReadMp4Facts
 from transforms.messages import (ClipUse, DatasetReport, FileCounts, FileInputs, ImportConfig, KeptFile, Mp4Version,
                                  PartHeader, PartInputs, ShardTouch,
                                  error_record, internal_record, load_info)
-from transforms.safety_net import NAMESPACE, counter, guarded
+from transforms.safety_net import NAMESPACE, counter, guarded, in_phase
 from transforms.write_outputs import CommitEpisodesFiles, FinishDatasets, WriteParts
 
 __all__ = ["NAMESPACE", "ImportLeRobotDatasets", "CheckDatasets", "PlanEpisodesFiles"]
@@ -145,6 +145,7 @@ class _CheckDataset(beam.DoFn):
     def setup(self) -> None:
         self._skipped = counter("datasets_skipped")
 
+    @in_phase("check", lambda root: f"dataset {root}")
     def process(self, root: str) -> Iterator:
         if storage.hub_repo(root) and not storage.hub_commit(root):
             # A Hub root the run could not pin at a commit (missing, private, gated, no such revision):
@@ -398,6 +399,7 @@ class _PlanEpisodesFile(beam.DoFn):
             self._layouts[key] = data_files.read_row_group_layout(root, rel, info)
         return self._layouts[key]
 
+    @in_phase("plan", lambda element: f"episodes file {element[1]} of dataset {element[0]}")
     def process(self, element: tuple) -> Iterator:
         root, rel = element[:2]
         planned = self._plan(root, rel, element[2] if len(element) > 2 else None)

@@ -31,7 +31,7 @@ from transforms.lerobot.info import INDEXED_CODECS
 from transforms.mp4 import arrow as mp4_arrow
 from transforms.messages import (ClipUse, DatasetReport, ImportConfig, MediaIndexRow, Mp4Version, PartInputs,
                                  PartVideo, ShardTouch, VideoFailure, error_record, internal_record, load_info)
-from transforms.safety_net import counter, guarded
+from transforms.safety_net import counter, guarded, in_phase
 
 _LOG = logging.getLogger(__name__)
 
@@ -167,6 +167,7 @@ class _ReadMp4File(beam.DoFn):
         self._listings: dict = {}  # folder listings, for the hints of missing files
         self._shards: dict[str, ShardRows] = {}  # per output root: old shards' footers, read once
 
+    @in_phase("plan", lambda element: f"video file {element[0][1]} of dataset {element[0][0]}")
     def process(self, element: tuple[tuple[str, str], Iterable]) -> Iterator:
         (root, rel), values = element
         uses = [v for v in values if isinstance(v, ClipUse)]
@@ -320,6 +321,7 @@ class _WriteShard(beam.DoFn):
     def setup(self) -> None:
         self._written = counter("media_index_shards_written")
 
+    @in_phase("write", lambda element: f"media_index shard {element[0][1]} of dataset {element[0][0]}")
     def process(self, element: tuple[tuple[str, str], Iterable]) -> Iterator[tuple[str, DatasetReport]]:
         (root, shard), values = element
         rows = [IndexRow(v.uri, v.size, v.version, v.index) for v in values if isinstance(v, MediaIndexRow)]

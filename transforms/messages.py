@@ -27,8 +27,9 @@ from transforms.lerobot.sources import EpisodesFileSources
 from transforms.lerobot.dataset import read_info
 from transforms.lerobot.info import DatasetInfo
 from transforms.lerobot.episodes_files import DATA_SPAN_LIMIT, EpisodeRow, PartPlan
-from transforms.errors import FailureRecord, LeRobotImportError
+from transforms.errors import FailureRecord, LeRobotImportError, rule_of_repr
 from transforms.quality import Finding, SampleTimes
+from transforms.run_limits import RunLimits
 
 #: Internal messages longer than this are cut: an exception's text can hold a whole input.
 MAX_MESSAGE_CHARS = 2000
@@ -48,6 +49,7 @@ class ImportConfig:
     run_id: str = ""
     started_at: str = ""
     strict: frozenset[str] = frozenset()  # the quality checks whose findings fail their episodes files
+    limits: RunLimits = RunLimits()  # each phase's deadline, the Hub listings' bounds
 
     def output_options(self) -> dict:
         """The options that change what an import writes (a previous import with others is not reused).
@@ -267,6 +269,12 @@ def error_record(ex: LeRobotImportError, *, dataset: str, episodes_file: Optiona
 def internal_record(exc_info: tuple, *, dataset: str, episodes_file: Optional[str], file: Optional[str] = None,
                     episode_index: Optional[int] = None) -> FailureRecord:
     """The errors.jsonl row of an unexpected exception (exc_info as Beam's safety net reports it)."""
+    if isinstance(exc_info[1], LeRobotImportError):  # a rule met where no step expected it: still that rule
+        return exc_info[1].with_context(dataset=dataset, episodes_file=episodes_file, file=file,
+                                        episode_index=episode_index).to_record()
+    named = rule_of_repr(exc_info[0], str(exc_info[1]))  # the same, handed on by Beam as type and repr
+    if named is not None:
+        return FailureRecord(dataset, episodes_file, episode_index, file, named[0], named[1])
     text = str(exc_info[1])
     if len(text) > MAX_MESSAGE_CHARS:
         text = text[:MAX_MESSAGE_CHARS] + f"... ({len(text) - MAX_MESSAGE_CHARS} more characters)"

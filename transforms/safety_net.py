@@ -10,9 +10,14 @@ use this guard on the FnApiRunner, never on Prism.)
 
 from __future__ import annotations
 
+import functools
+from typing import Callable
+
 import apache_beam as beam
 from apache_beam.metrics import Metrics
 from apache_beam.typehints import Any
+
+from transforms import run_limits
 
 #: The namespace of the import's Beam counters (episodes, frames, bytes read, errors, ...).
 NAMESPACE = "lerobot_import"
@@ -33,3 +38,19 @@ def guarded(dofn: beam.DoFn, *tags: str, main: str, **side_inputs):
     every tag the DoFn yields."""
     pardo = beam.ParDo(dofn, **side_inputs).with_output_types(Any, **{tag: Any for tag in tags})
     return pardo.with_outputs(*tags, main=main).with_exception_handling(dead_letter_tag=BAD)
+
+
+def in_phase(phase: str, describe: Callable[[Any], str]):
+    """Make a DoFn's `process` one piece of run phase `phase` (`transforms.run_limits`): every read it
+    makes checks the phase's deadline (the DoFn's `_config.limits`), and one past it raises rule
+    `deadline`, which the step records as it records any rule. `describe(element)` names the piece
+    ("episodes file X of dataset D"). The piece's outputs are handed on once it ends, so the steps Beam
+    runs on them in the same thread never count against its deadline."""
+    def decorate(process):
+        @functools.wraps(process)
+        def wrapped(self, element, *args, **kwargs):
+            with run_limits.piece(self._config.limits, phase, describe(element)):
+                outputs = list(process(self, element, *args, **kwargs) or ())
+            yield from outputs
+        return wrapped
+    return decorate

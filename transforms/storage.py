@@ -22,7 +22,7 @@ from typing import Callable, Optional, TypeVar
 import fsspec
 from fsspec.implementations.local import LocalFileSystem
 
-from transforms import hub
+from transforms import hub, run_limits
 from transforms.errors import LeRobotImportError, quote, shorten
 
 T = TypeVar("T")
@@ -51,9 +51,11 @@ def is_transient(ex: BaseException) -> bool:
         "HttpError", "ServiceUnavailable", "ClientError", "ServerDisconnectedError", "ClientOSError")
 
 
-def with_retries(fn: Callable[[], T], *, attempts: int = ATTEMPTS) -> T:
-    """Call `fn`, retrying transient failures (bounded, exponential backoff with jitter)."""
+def with_retries(fn: Callable[[], T], *, attempts: int = ATTEMPTS, waiting_on: str = "") -> T:
+    """Call `fn`, retrying transient failures (bounded, exponential backoff with jitter). Each attempt first
+    checks the deadline of the run phase it serves (`run_limits.check`; `waiting_on` names the request)."""
     for attempt in range(attempts):
+        run_limits.check(waiting_on)
         try:
             return fn()
         except BaseException as ex:  # noqa: BLE001 - re-raised unless transient
@@ -318,7 +320,7 @@ class CountingFile(io.RawIOBase):
             return self._raw.read(n)
 
         try:
-            data = with_retries(attempt)
+            data = with_retries(attempt, waiting_on=f"a read of {self._what} {self._file}")
         except OSError as ex:
             if access_denied(ex):
                 raise denied_error(ex, what=self._what, file=self._file) from None
@@ -342,10 +344,11 @@ def open_counted(uri: str, counter: ReadCounter, *, what: str, file: str) -> Cou
     device `not_a_file`, a git-LFS pointer `lfs_pointer`."""
     fs, path = filesystem(uri)
     check_regular_file(uri, what=what, file=file)
+    waiting = f"opening {what} {file}"
     try:
-        size = with_retries(lambda: fs.size(path))
+        size = with_retries(lambda: fs.size(path), waiting_on=waiting)
         raw = with_retries(lambda: fs.open(path, "rb", block_size=0) if _supports_unbuffered(fs)
-                           else fs.open(path, "rb"))
+                           else fs.open(path, "rb"), waiting_on=waiting)
     except FileNotFoundError:
         raise LeRobotImportError("file_missing", f"{what} {file} does not exist (expected at {uri})",
                                  file=file) from None
@@ -390,7 +393,7 @@ def file_size(uri: str, *, what: str, file: str) -> int:
     fs, path = filesystem(uri)
     check_regular_file(uri, what=what, file=file)
     try:
-        return int(with_retries(lambda: fs.size(path)))
+        return int(with_retries(lambda: fs.size(path), waiting_on=f"the size of {what} {file}"))
     except FileNotFoundError:
         raise LeRobotImportError("file_missing", f"{what} {file} does not exist (expected at {uri})",
                                  file=file) from None
@@ -413,7 +416,7 @@ def read_bytes(uri: str, *, what: str, file: str, max_bytes: int = READ_BYTES_LI
                                  f"{what} are read: is it the right file?", file=file)
     fs, path = filesystem(uri)
     try:
-        data = with_retries(lambda: fs.cat_file(path))
+        data = with_retries(lambda: fs.cat_file(path), waiting_on=f"a read of {what} {file}")
     except FileNotFoundError:
         raise LeRobotImportError("file_missing", f"{what} {file} does not exist (expected at {uri})",
                                  file=file) from None
@@ -458,6 +461,7 @@ def _read_local(path: str, *, what: str, file: str, max_bytes: int, follow_links
         os.set_blocking(fd, True)
         chunks, total = [], 0
         while total <= max_bytes:
+            run_limits.check(f"a read of {what} {file}")
             chunk = os.read(fd, min(max_bytes + 1 - total, 1 << 20))
             if not chunk:
                 break

@@ -20,19 +20,19 @@ from typing import Iterable, Iterator, Optional, Sequence
 
 import apache_beam as beam
 
-from transforms import lease, progress, quality, stopping, storage
+from transforms import lease, progress, quality, run_limits, stopping, storage
 from transforms.episode import output as sink
 from transforms.episode import frames as frames_lib
 from transforms.episode import journal, output_state, paths
 from transforms.episode.media_index_table import final_media_index, stale_media_index_files
 from transforms.episode.outcomes import PartResult, failed_file
-from transforms.errors import FailureRecord, LeRobotImportError, redact
+from transforms.errors import FailureRecord, LeRobotImportError, redact, rule_of_repr
 from transforms.lerobot import data_files
 from transforms.lerobot.info import INFO_PATH, DatasetInfo
 from transforms.messages import (CommittedFile, DatasetReport, FileInputs, FileQuality, ImportConfig, KeptFile,
                                  PartHeader,
                                  PartInputs, VideoFailure, error_record, internal_record, load_info)
-from transforms.safety_net import counter, guarded
+from transforms.safety_net import counter, guarded, in_phase
 
 _LOG = logging.getLogger(__name__)
 
@@ -140,10 +140,13 @@ class _WriteParts(beam.DoFn):
                 ) -> Iterator[tuple[tuple[str, str], FileInputs]]:
         unit, parts = element
         for key, inputs in sorted(parts, key=lambda part: unit_order(unit, part)):
+            root, rel, part = key
             try:
-                file_key, written = self._write_part(key, inputs)
-                if facts is not None and written.results and written.results[0].tmp_uri:
-                    written = self._commit_if_last(file_key, written, facts)
+                with run_limits.piece(self._config.limits, "write", f"part {part} of episodes file {rel} of dataset "
+                                      f"{root}"):
+                    file_key, written = self._write_part(key, inputs)
+                    if facts is not None and written.results and written.results[0].tmp_uri:
+                        written = self._commit_if_last(file_key, written, facts)
                 yield file_key, written
             except Exception:  # noqa: BLE001 - one part's unexpected failure fails that part alone, as the
                 # safety net would if the part were an element of its own
@@ -352,6 +355,7 @@ class _CommitEpisodesFile(beam.DoFn):
     def __init__(self, config: ImportConfig) -> None:
         self._config = config
 
+    @in_phase("finish", lambda element: f"episodes file {element[0][1]} of dataset {element[0][0]}")
     def process(self, element: tuple[tuple[str, str], Iterable[FileInputs]]) -> Iterator[tuple[str, DatasetReport]]:
         (root, rel), messages = element
         inputs = FileInputs.merge(messages)
@@ -503,6 +507,7 @@ UNFINISHED_RULES = ("disk_full", "output_not_writable")
 
 
 class _FinishDataset(_DatasetWriter):
+    @in_phase("finish", lambda element: f"dataset {element[0]}")
     def process(self, element: tuple[str, Iterable[DatasetReport]]) -> Iterator[dict]:
         root, reports = element
         with stopping.output_work():  # it removes files too (stale shards, removed files' parts)
@@ -524,10 +529,12 @@ class _FinishAfterBug(_DatasetWriter):
     """Finishing a dataset raised: write what is known (every failure, the outcomes as they are) and the
     error itself, without reading the dataset again."""
 
+    @in_phase("finish", lambda bad: f"dataset {bad[0][0]}")
     def process(self, bad) -> Iterator[dict]:
         (root, reports), exc_info = bad
-        if isinstance(exc_info[1], LeRobotImportError) and exc_info[1].rule in UNFINISHED_RULES:
-            self._unfinished(root, exc_info[1])
+        named = rule_of_repr(exc_info[0], str(exc_info[1]))
+        if named is not None and named[0] in UNFINISHED_RULES:
+            self._unfinished(root, LeRobotImportError(named[0], named[1].split("] ", 1)[-1]))
             return
         _LOG.error("finishing %s failed unexpectedly: %s", root, exc_info[1])
         report = DatasetReport.merge(reports)
