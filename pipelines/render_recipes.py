@@ -288,7 +288,12 @@ def run(argv: Optional[Sequence[str]] = None) -> int:
         return 1
     try:
         result = _render_under_lease(opts, PipelineOptions(beam_args), recipe_text, tasks)
-    except (LeRobotImportError, LeaseHeld) as ex:
+    except LeaseHeld as ex:
+        print(f"error: the output {ex.output} is leased by {ex.holder.describe()}: another render (or an import) is "
+              "writing it; render again once it has finished (a lease of a run that died expires, and is then taken "
+              "over)", file=sys.stderr)
+        return 1
+    except LeRobotImportError as ex:
         print(f"error: {ex}", file=sys.stderr)
         return 1
     failed = _count_lines(errors_path(opts.output))

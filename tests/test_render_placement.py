@@ -85,6 +85,8 @@ def test_render_into_an_output_another_render_holds_is_refused(imported, tmp_pat
         lease.release(held)
     err = capsys.readouterr().err
     assert f"error: the output file://{target} is leased by run other-render (host " in err, err
+    assert err.rstrip().endswith("another render (or an import) is writing it; render again once it has finished "
+                                 "(a lease of a run that died expires, and is then taken over)"), err
     assert _tree(target) == before
 
 

@@ -62,7 +62,8 @@ def _verify(out) -> str:
     return "ok" if report.ok else str(report.problems[0])
 
 
-def _hub(work: Path, hostile: dict, *, pad_mib: int = 0, deadline: float = 0.0, page_size: int = 1000) -> str:
+def _hub(work: Path, hostile: dict, *, pad_mib: int = 0, deadline: float = 0.0, page_size: int = 1000,
+         extra: tuple = ()) -> str:
     sys.path.insert(0, str(REPO))
     from tests.helpers import SAMPLE, copy_dataset
     from tests.hub_standin import HubStandIn
@@ -81,7 +82,7 @@ def _hub(work: Path, hostile: dict, *, pad_mib: int = 0, deadline: float = 0.0, 
         standin.add_token("hf_bench_token_0123456789")
         standin.add_dataset("bench/hostile", root)
         standin.hostile.update(hostile)
-        result = _import("hf://datasets/bench/hostile", work / "out")
+        result = _import("hf://datasets/bench/hostile", work / "out", *extra)
         sent = sum(r.bytes_sent for r in standin.requests)
         pages = standin.count("tree")
     return f"{result} [sent {sent / 2 ** 20:.1f} MiB, {pages} tree pages]"
@@ -180,6 +181,53 @@ def case_damaged_shard(work: Path) -> str:
     shard.write_bytes(shard.read_bytes()[:100])
     os.utime(dataset / "meta" / "info.json")
     return _import(dataset, out) + " | verify: " + _verify(out)
+
+
+def case_manifest_disk_full(work: Path) -> str:
+    import errno
+    from fsspec.implementations.local import LocalFileSystem
+    dataset, out = _setup(work)
+    real = LocalFileSystem._open
+
+    def full(self, path, mode="rb", *args, **kwargs):
+        if "manifest.json" in str(path) and "w" in mode:
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        return real(self, path, mode, *args, **kwargs)
+
+    LocalFileSystem._open = full
+    return _import(dataset, out, "--force")
+
+
+def case_slow_source_phase_deadline(work: Path) -> str:
+    return _hub(work, {"slow_bytes": 0.05}, extra=("--phase_deadline", "5"))
+
+
+def case_stuck_read_phase_deadline(work: Path) -> str:
+    import threading
+    from transforms import run_limits
+    from transforms.lerobot import episodes_files
+    dataset, out = _setup(work)
+    never = threading.Event()
+    episodes_files.open_episodes_file = lambda root, rel: never.wait()  # a request that never answers
+    run_limits.overdue.__defaults__ = (5.0,)  # the grace after the deadline (60 s by default)
+    return _import(dataset, out, "--force", "--phase_deadline", "5")
+
+
+def case_render_held_output(work: Path) -> str:
+    import contextlib
+    import io
+    from pipelines import render_recipes
+    from tests.helpers import lerobot_dataset, run_import
+    from transforms import lease
+    root = lerobot_dataset("language")
+    assert run_import(root, work / "out") == 0
+    held = lease.acquire(str(work / "samples"), run_id="another-render")
+    err = io.StringIO()
+    with contextlib.redirect_stderr(err):
+        status = render_recipes.run(["--recipe", str(root / "expected" / "recipes" / "subtask.yaml"), "--input",
+                                     str(work / "out"), "--output", str(work / "samples"), "--runner", "FnApiRunner"])
+    lease.release(held)
+    return f"exit {status}: {err.getvalue().strip().splitlines()[-1]}"
 
 
 def case_hub_ignored_range(work: Path) -> str:
