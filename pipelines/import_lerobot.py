@@ -70,7 +70,9 @@ def config_from_options(options: ImportOptions, *, run_id: str = "", started_at:
         strict = quality.parse_strict(options.strict)
     except ValueError as ex:  # a check name that is no check: the command line is wrong
         raise cli.UsageError(f"error: {ex}") from None
-    limits = limits_from_options(options)
+    from transforms import run_limits
+    limits = dataclasses.replace(limits_from_options(options), run_id=run_id)
+    run_limits.install(limits)  # the run's own: what the run learns once holds for it alone
     return ImportConfig(targets=targets, one_part=options.one_part,
                         data_span_limit=options.data_span_limit, inline_index=options.inline_index,
                         skip_videos=options.skip_videos, force=options.force, run_id=run_id,

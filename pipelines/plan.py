@@ -328,12 +328,22 @@ def run(argv: Optional[Sequence[str]] = None) -> int:
                             inline_index=args.inline_index, skip_videos=args.skip_videos, force=args.force,
                             verify_output=args.verify_output)
     options = output_options(settings)
+    from transforms import run_limits
+    try:  # the import's bounds: a stuck source or an endless Hub listing ends the plan as it ends a run
+        limits = run_limits.RunLimits(run_limits.parse_deadlines(args.phase_deadline), args.hub_list_max_pages,
+                                      args.hub_list_max_items)
+    except ValueError as ex:
+        ap.error(str(ex))
+    run_limits.install(limits)
     try:
         pairs = targets(args.dataset or [], args.datasets, args.output)
     except LeRobotImportError as ex:  # a Hub root that cannot be pinned (unreachable, private, no such revision)
         print(f"error: {ex}")
         return 1
-    plans = [_plan_or_problem(root, out, options, settings) for root, out in pairs]
+    plans = []
+    for root, out in pairs:
+        with run_limits.piece(limits, "check", f"dataset {root}"):
+            plans.append(_plan_or_problem(root, out, options, settings))
     if args.json:
         print(json.dumps([p.to_json() for p in plans], indent=2, sort_keys=True))
     else:

@@ -369,7 +369,7 @@ def _hub():
 #
 # huggingface_hub follows a listing's `Link: rel="next"` wherever it points, with the request's headers
 # (the token among them), for as long as pages come. A listing the importer asks for follows next pages
-# only on the endpoint's own origin, for at most LIST_MAX_PAGES pages and LIST_MAX_ITEMS entries within
+# only on the endpoint's own origin, for at most the run's page and entry bounds within
 # LIST_DEADLINE_S, and stops at an empty page; a page that repeats an earlier one, or a next link to a
 # page already read, ends it at once (a listing never names an entry twice: one that loops would
 # otherwise run to its bounds). huggingface_hub's pager is replaced by this one (every listing of the
@@ -400,11 +400,39 @@ def guarded_pages(path: str, params: Any, headers: dict, timeout: Optional[float
     Raises:
         LeRobotImportError: rule `io` when a next page points to another origin, or a bound is passed.
     """
-    from huggingface_hub.utils import hf_raise_for_status, http_backoff
+    from huggingface_hub.utils import http_backoff
 
     get = get or (lambda url, **kw: http_backoff("GET", url, **kw))
     limits = run_limits.current()
     max_pages, max_items = limits.hub_list_max_pages, limits.hub_list_max_items
+    key = (limits.run_id, path, repr(sorted(dict(params or {}).items())), max_pages, max_items)
+    refused = _REFUSED_LISTINGS.get(key) if limits.run_id else None
+    if refused is not None:  # refused once in this run: not paged through again by the next caller
+        raise LeRobotImportError(refused.rule, refused.message)
+    try:
+        yield from _bounded_pages(path, params, headers, timeout, get, max_pages, max_items)
+    except _ListingRefused as ex:
+        with _GUARD_LOCK:
+            while len(_REFUSED_LISTINGS) >= 256:
+                _REFUSED_LISTINGS.pop(next(iter(_REFUSED_LISTINGS)))
+            _REFUSED_LISTINGS[key] = ex
+        raise
+
+
+#: Listings a run refused by a bound, as loops or for a foreign next page ((run, path, params, bounds) -> the
+#: error): a listing that never ends costs its bounds once per run, not once per caller (the check, then
+#: the planning, list the same folder).
+_REFUSED_LISTINGS: dict[tuple, LeRobotImportError] = {}
+
+
+class _ListingRefused(LeRobotImportError):
+    """A listing refused for what it is (bounds passed, a loop, a foreign next page), not for the moment."""
+
+
+def _bounded_pages(path: str, params: Any, headers: dict, timeout: Optional[float], get: Callable[..., Any],
+                   max_pages: int, max_items: int) -> Any:
+    from huggingface_hub.utils import hf_raise_for_status
+
     home = _origin(path)
     run_limits.check(f"the Hub's listing {path}")
     deadline = time.monotonic() + LIST_DEADLINE_S
@@ -427,16 +455,16 @@ def guarded_pages(path: str, params: Any, headers: dict, timeout: Optional[float
             if again != pages or following in visited:
                 what = (f"its page {pages:,} repeats page {again:,}" if again != pages
                         else f"page {pages:,} links back to a page already read")
-                raise LeRobotImportError("io", f"the Hub's listing {path} loops: {what}, and a listing never names "
+                raise _ListingRefused("io", f"the Hub's listing {path} loops: {what}, and a listing never names "
                                          "an entry twice; it was stopped there: try again later")
             visited.add(following)
         if following is not None and _origin(following) != home:
             scheme, host, port = _origin(following)
-            raise LeRobotImportError("io", f"the Hub's listing {path} links its next page to another host "
+            raise _ListingRefused("io", f"the Hub's listing {path} links its next page to another host "
                                      f"({scheme}://{host}:{port}); the listing is not followed there (the request "
                                      "carries the token): check HF_ENDPOINT, and try again later")
         if following is not None and (pages >= max_pages or items >= max_items):
-            raise LeRobotImportError("limit", f"the Hub's listing {path} goes on past {pages:,} pages and {items:,} "
+            raise _ListingRefused("limit", f"the Hub's listing {path} goes on past {pages:,} pages and {items:,} "
                                      f"entries (at most {max_pages:,} pages and {max_items:,} entries are "
                                      "read): a repository that large is not a dataset root (--hub_list_max_pages, "
                                      "--hub_list_max_items raise the bounds)")

@@ -47,9 +47,12 @@ PHASES = {
 #: Seconds one piece of each phase may take, by default.
 DEFAULT_DEADLINES_S = {"check": 1800.0, "plan": 1800.0, "write": 3600.0, "finish": 1800.0}
 #: A Hub listing reads at most this many pages (1,000 entries a page on the Hub) ...
-HUB_LIST_MAX_PAGES = 2_000
-#: ... and this many entries (a v2.1 dataset of 100,000 episodes and 3 cameras lists 400,000 files).
-HUB_LIST_MAX_ITEMS = 1_000_000
+HUB_LIST_MAX_PAGES = 1_000
+#: ... and this many entries. The importer lists one folder at a time, and LeRobot's folders hold a chunk
+#: (1,000 files by default) or a few folders; 200,000 leaves room for datasets written with far larger
+#: chunks, and keeps what a listing that never ends costs to seconds and a few hundred MB (huggingface_hub
+#: keeps every entry of a listing until it ends).
+HUB_LIST_MAX_ITEMS = 200_000
 #: A piece still running this long past its deadline is stuck inside one request: a local run ends.
 STUCK_GRACE_S = 60.0
 #: The option that sets the deadlines, as messages name it.
@@ -64,11 +67,14 @@ class RunLimits:
         deadlines_s: (phase, seconds one piece of it may take), for every phase of `PHASES`.
         hub_list_max_pages: pages a Hub listing may have.
         hub_list_max_items: entries a Hub listing may have.
+        run_id: the run these are the limits of ("" outside a run): what a run learnt once (a listing
+            refused by its bounds) holds for that run only.
     """
 
     deadlines_s: tuple[tuple[str, float], ...] = tuple(DEFAULT_DEADLINES_S.items())
     hub_list_max_pages: int = HUB_LIST_MAX_PAGES
     hub_list_max_items: int = HUB_LIST_MAX_ITEMS
+    run_id: str = ""
 
     def deadline_s(self, phase: str) -> float:
         return dict(self.deadlines_s)[phase]
