@@ -69,7 +69,8 @@ def test_check_lists_episodes_files_and_fails_a_dataset_without_any(tmp_path):
         assert_that(checked.reports | beam.FlatMapTuple(lambda root, r: [root] * len(r.sources)),
                     equal_to([good, empty]), label="sources")
         # each file with the rows read to find its sources: planning does not read it again
-        assert_that(checked.episodes_files | beam.Map(lambda e: (e[0], e[1], tuple(r.episode_index for r in e[2]))),
+        assert_that(checked.episodes_files | beam.Map(lambda e: (e[0], e[1], tuple(r.episode_index
+                                                                                for r in e[2].rows))),
                     equal_to([(good, FILE0, (0,)), (good, FILE1, (1,))]), label="files")
         assert_that(checked.reports | beam.FlatMapTuple(lambda root, r: [(
                         root, f.episodes_file, f.rule, f.file, "the dataset has no episodes files" in f.message)
@@ -150,13 +151,14 @@ def test_plan_uses_the_rows_the_check_step_read(tmp_path):
     """Given the rows the check step read, planning does not read the episodes file again (here it is gone)."""
     from transforms.lerobot.dataset import read_info
     from transforms.lerobot.episodes_files import read_episodes_file
+    from transforms.messages import ReadRows
     ds = write_dataset(tmp_path / "ds", DatasetSpec(lengths=(3, 4), episodes_per_meta_file=1))
     root = _uri(ds)
     rows = tuple(read_episodes_file(root, FILE1, read_info(root)))
     (ds / FILE1).unlink()
     config = ImportConfig(targets=((root, _uri(tmp_path / "out")),))
     with _pipeline() as p:
-        plans = p | beam.Create([(root, FILE0), (root, FILE1, rows)]) | PlanEpisodesFiles(config)
+        plans = p | beam.Create([(root, FILE0), (root, FILE1, ReadRows(rows))]) | PlanEpisodesFiles(config)
         assert_that(plans.to_parts | beam.MapTuple(lambda key, i: (key, [r.episode_index for r in i.headers[0].rows])),
                     equal_to([((root, FILE0, 0), [0]), ((root, FILE1, 0), [1])]), label="headers")
 

@@ -279,6 +279,29 @@ def test_video_samples_reads_sample_times_from_the_media_index():
     np.testing.assert_allclose(times, np.arange(46) / 30, atol=1e-6)
 
 
+def test_a_constant_rate_sample_window_crosses_a_shuffle_as_four_numbers():
+    """The window a part's writer gets of a constant-rate MP4 pickles as (first tick, step, count) and comes
+    back bit for bit; times that are no such run (here one sample moved) travel whole."""
+    import pickle
+    from apache_beam.coders import PickleCoder
+    from transforms.mp4 import media_index
+    import fsspec
+    path = REPO / "tests/data/so101_av1/videos/observation.images.front/chunk-000/file-000.mp4"
+    index = media_index.read_media_index(fsspec.filesystem("file"), str(path)).index
+    times, fps, timescale = quality.presentation_timeline(index)
+    window = quality.sample_window("v.mp4", times, fps, 0.2, 1.0, timescale=timescale)
+    assert len(window.times) == 46 and window.timescale == timescale  # a 1 s margin each side: all of them
+    coder = PickleCoder()
+    back = coder.decode(coder.encode(window))
+    assert back == window and back.times.tobytes() == window.times.tobytes() and back.timescale == timescale
+    assert len(pickle.dumps(window)) < len(pickle.dumps(window.times))  # not the 46 floats
+    moved = window.times.copy()
+    moved[5] += 0.5 / timescale
+    odd = quality.SampleTimes("v.mp4", window.start, window.end, moved, 46, fps, timescale)
+    again = coder.decode(coder.encode(odd))
+    assert again == odd and again.times.tobytes() == moved.tobytes() and again.times[5] != window.times[5]
+
+
 def test_video_samples_of_a_dataset_whose_info_json_says_another_fps(tmp_path):
     """The sample re-stamped at 20 fps (timestamps and clips as a 20 fps writer puts them), its MP4s at 30 fps."""
     root = tmp_path / "so101"

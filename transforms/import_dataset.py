@@ -42,7 +42,7 @@ from transforms.lerobot.dataset import check_dataset, list_episodes_files
 from transforms.lerobot.info import EPISODES_DIR, DatasetInfo
 from transforms.media_files import ReadMp4Facts
 from transforms.messages import (ClipUse, DatasetReport, FileCounts, FileInputs, ImportConfig, KeptFile, Mp4Version,
-                                 PartHeader, PartInputs, ShardTouch,
+                                 PartHeader, PartInputs, ReadRows, ShardTouch,
                                  error_record, internal_record, load_info)
 from transforms.safety_net import NAMESPACE, counter, guarded, in_phase
 from transforms.write_outputs import CommitEpisodesFiles, FinishDatasets, WriteParts
@@ -190,7 +190,7 @@ class _CheckDataset(beam.DoFn):
             if rel not in leave:
                 progress.add(episodes_files=1)
                 # the rows read to tell what changed go with the file: planning does not read it again
-                yield (root, rel, read[rel]) if rel in read else (root, rel)
+                yield (root, rel, ReadRows(read[rel])) if rel in read else (root, rel)
                 if rel in known:  # the commit records the file's manifest entry, sources included, at once
                     yield beam.pvalue.TaggedOutput("file_sources", ((root, rel), FileInputs(sources=(known[rel],))))
         if media is not None:
@@ -356,7 +356,7 @@ class PlanEpisodesFiles(beam.PTransform):
     Args:
         config: the run's configuration.
 
-    Input: (root, episodes file), or (root, episodes file, its rows) when the check step read them (the
+    Input: (root, episodes file), or (root, episodes file, ReadRows) when the check step read it (the
     file is then not read again). Returns: `PlannedFiles`.
     """
 
@@ -402,7 +402,7 @@ class _PlanEpisodesFile(beam.DoFn):
     @in_phase("plan", lambda element: f"episodes file {element[1]} of dataset {element[0]}")
     def process(self, element: tuple) -> Iterator:
         root, rel = element[:2]
-        planned = self._plan(root, rel, element[2] if len(element) > 2 else None)
+        planned = self._plan(root, rel, element[2].rows if len(element) > 2 else None)
         if isinstance(planned, DatasetReport):
             progress.add(episodes_files_planned=1, episodes_files_done=1, episodes_files_failed=1)
             yield beam.pvalue.TaggedOutput("reports", (root, planned))

@@ -246,12 +246,12 @@ def part_samples(rel: str, index: Optional[pa.Array], uses: Iterable[ClipUse]) -
     times = None
     if index is not None:
         try:
-            times = quality.presentation_times(index)
+            times = quality.presentation_timeline(index)
         except mp4_arrow.InvalidMediaIndex as ex:
             _LOG.warning("the MediaIndex of %s is not usable for the quality checks (%s)", rel, ex)
     if times is None:
         return {part: None for part in by_part}
-    return {part: quality.sample_window(rel, times[0], times[1], *quality.clips_window(clips, fps))
+    return {part: quality.sample_window(rel, times[0], times[1], *quality.clips_window(clips, fps), timescale=times[2])
             for part, clips in by_part.items()}
 
 

@@ -152,6 +152,14 @@ def _media_index_row(dataset: str, file: str, uri: str, size: int, version: str,
 
 
 @dataclasses.dataclass(frozen=True)
+class ReadRows:
+    """The validated rows of an episodes file the check step read, going with it to planning. One record,
+    so a shuffle pickles it at once: a bare tuple of rows is pickled row by row."""
+
+    rows: tuple[EpisodeRow, ...]
+
+
+@dataclasses.dataclass(frozen=True)
 class ShardTouch:
     """A media_index shard this run may change: the URIs whose old rows stay in it (the others go, or are
     replaced by the rows read this run)."""

@@ -36,6 +36,9 @@ class SampleTimes:
     times: np.ndarray
     samples: int
     fps: Optional[float]
+    #: the file's track timescale when `times` are its ticks divided by it (lets a constant-rate window
+    #: travel as four numbers)
+    timescale: Optional[int] = None
 
     def __eq__(self, other) -> bool:  # numpy arrays do not compare as one value
         return (isinstance(other, SampleTimes) and (self.file, self.start, self.end, self.samples, self.fps)
@@ -44,10 +47,47 @@ class SampleTimes:
 
     __hash__ = None
 
+    def __reduce__(self):
+        # Across a shuffle a constant-rate window (ticks first + k * step, the usual MP4) travels as its first
+        # tick, step and count, rebuilt bit for bit; any other travels whole.
+        run = _tick_run(self.times, self.timescale)
+        if run is None:
+            return SampleTimes, (self.file, self.start, self.end, self.times, self.samples, self.fps, self.timescale)
+        return _sample_times_from_run, (self.file, self.start, self.end, run, self.samples, self.fps, self.timescale)
+
+
+def _run_times(first: int, step: int, count: int, timescale: int) -> np.ndarray:
+    return (first + step * np.arange(count, dtype=np.int64)) / timescale
+
+
+def _tick_run(times: np.ndarray, timescale: Optional[int]) -> Optional[tuple[int, int, int]]:
+    """(first tick, step, count) when `times` are exactly `_run_times` of them, else None."""
+    if not timescale or len(times) < 3 or times.dtype != np.float64:
+        return None
+    first = int(round(float(times[0]) * timescale))
+    step = int(round(float(times[1]) * timescale)) - first
+    run = (first, step, len(times))
+    return run if np.array_equal(_run_times(*run, timescale), times) else None
+
+
+def _sample_times_from_run(file: str, start: float, end: float, run: tuple[int, int, int], samples: int,
+                           fps: Optional[float], timescale: int) -> SampleTimes:
+    return SampleTimes(file, start, end, _run_times(*run, timescale), samples, fps, timescale)
+
 
 def presentation_times(index: pa.Array) -> tuple[np.ndarray, Optional[float]]:
     """(every sample's presentation time in seconds, ascending; the file's own frame rate, from its most
     common sample duration) of the primary video track of a length-1 spql.MediaIndex.
+
+    Raises:
+        mp4_arrow.InvalidMediaIndex: the index is null or inconsistent.
+    """
+    times, fps, _ = presentation_timeline(index)
+    return times, fps
+
+
+def presentation_timeline(index: pa.Array) -> tuple[np.ndarray, Optional[float], int]:
+    """`presentation_times` and the track's timescale (the times are its ticks divided by it).
 
     Raises:
         mp4_arrow.InvalidMediaIndex: the index is null or inconsistent.
@@ -65,14 +105,16 @@ def presentation_times(index: pa.Array) -> tuple[np.ndarray, Optional[float]]:
     elif len(positive):
         values, counts = np.unique(positive, return_counts=True)
         fps = timescale / float(values[int(np.argmax(counts))])
-    return times, fps
+    return times, fps, timescale
 
 
-def sample_window(file: str, times: np.ndarray, fps: Optional[float], start: float, end: float) -> SampleTimes:
-    """The samples of a file in [start - margin, end + margin)."""
+def sample_window(file: str, times: np.ndarray, fps: Optional[float], start: float, end: float, *,
+                  timescale: Optional[int] = None) -> SampleTimes:
+    """The samples of a file in [start - margin, end + margin) (`timescale`: the track's, when `times`
+    are its ticks divided by it)."""
     lo, hi = start - WINDOW_MARGIN_S, end + WINDOW_MARGIN_S
     a, b = np.searchsorted(times, [lo, hi], side="left")
-    return SampleTimes(file, lo, hi, np.ascontiguousarray(times[a:b]), len(times), fps)
+    return SampleTimes(file, lo, hi, np.ascontiguousarray(times[a:b]), len(times), fps, timescale)
 
 
 def clips_window(spans: Sequence, fps: Optional[float]) -> tuple[float, float]:
