@@ -4,7 +4,8 @@ Each round runs, in a fresh process each, on FnApiRunner:
   full         a full import into an empty output;
   interrupted  an import into another empty output, sent SIGINT once about half its episodes files have
                committed (their records under OUT/.journal/, watched every 10 ms);
-  rerun        the same command again on that output: it imports only the files not committed.
+  rerun        the same command again on that output: it imports only the files not committed;
+  unchanged    the full run's command again: nothing to import, what every run costs anyway (the floor).
 Rounds alternate which of full and interrupted+rerun goes first. Printed per round and as medians: the full
 run's wall and CPU time, the files committed at the interrupt, the rerun's wall and CPU time, and the rerun
 as a share of the full run; the rerun's counters (parts written, MP4s read, data bytes read) and whether its
@@ -118,6 +119,7 @@ def main() -> None:
         for step in order:
             if step == "full":
                 row["full_wall"], row["full_cpu"], _ = _run(args.dataset, full_out)
+                row["floor_wall"], row["floor_cpu"], _ = _run(args.dataset, full_out)
             else:
                 row["interrupted_wall"], row["kept"] = _interrupt(args.dataset, resumed_out, at)
                 row["rerun_wall"], row["rerun_cpu"], stdout = _run(args.dataset, resumed_out)
@@ -130,7 +132,8 @@ def main() -> None:
               f"rerun {row['rerun_wall']:.2f} s wall / {row['rerun_cpu']:.2f} s CPU = "
               f"{row['rerun_wall'] / row['full_wall']:.0%} wall, {row['rerun_cpu'] / row['full_cpu']:.0%} CPU of the "
               f"full run (parts_written={m.get('parts_written', 0)}, mp4_files read={m.get('mp4_files', 0)}, "
-              f"data_bytes_read={m.get('data_bytes_read', 0)}); output equal to the full run's: {row['same']}")
+              f"data_bytes_read={m.get('data_bytes_read', 0)}); output equal to the full run's: {row['same']}; "
+              f"unchanged run {row['floor_wall']:.2f} s wall / {row['floor_cpu']:.2f} s CPU")
         for path in (full_out, resumed_out):
             shutil.rmtree(path, ignore_errors=True)
 
@@ -140,7 +143,9 @@ def main() -> None:
     print(f"median: full {med('full_wall'):.2f} s wall / {med('full_cpu'):.2f} s CPU; committed at the interrupt "
           f"{statistics.median(r['kept'] for r in rows):.0f}/{files}; rerun {med('rerun_wall'):.2f} s wall / "
           f"{med('rerun_cpu'):.2f} s CPU; rerun / full = {med('rerun_wall') / med('full_wall'):.0%} wall, "
-          f"{med('rerun_cpu') / med('full_cpu'):.0%} CPU (target: <= 60%)")
+          f"{med('rerun_cpu') / med('full_cpu'):.0%} CPU (target: <= 60%); an unchanged run (the floor) "
+          f"{med('floor_wall'):.2f} s wall / {med('floor_cpu'):.2f} s CPU = {med('floor_wall') / med('full_wall'):.0%} "
+          f"wall, {med('floor_cpu') / med('full_cpu'):.0%} CPU of the full run")
     if not all(r["same"] for r in rows):
         raise SystemExit("a resumed output differs from the full run's")
     if args.workdir is None:
