@@ -10,6 +10,11 @@ serves the dataset from the loopback Hub stand-in made hostile), then runs the c
 (the set-up import and, for Hub cases, the stand-in server included: the first row, `baseline`, is
 that cost without a hostile state). A case over --timeout seconds (a hang) is killed and reported.
 Prints one row per case: seconds, peak MB, and the first line of what the command reported.
+
+The phase-deadline cases run with `--phase_deadline 5`: a Hub sending 20 bytes a second
+(slow_source_phase_deadline), a read that never returns (stuck_read_phase_deadline; the command's watch
+stops the run 5 s past the deadline instead of the default 60 s). render_held_output renders into an
+output another render's lease holds; manifest_disk_full fills the disk at the manifest's write.
 """
 
 from __future__ import annotations
