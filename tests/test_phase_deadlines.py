@@ -14,6 +14,10 @@ from tests.helpers import SAMPLE, copy_dataset, read_errors, read_manifest, run_
 from transforms import run_limits
 
 
+def _tree(root) -> dict:
+    return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
+
+
 def test_deadline_option_is_parsed_and_checked():
     assert dict(run_limits.parse_deadlines("plan=5,write=7.5")) == {"check": 1800.0, "plan": 5.0, "write": 7.5,
                                                                      "finish": 1800.0}
@@ -73,6 +77,7 @@ def test_read_stuck_inside_one_request_stops_the_run(tmp_path, monkeypatch, caps
         release.wait(120)  # a request that never answers (no timeout reaches it)
         return real(root, rel)
 
+    before = _tree(dataset)
     monkeypatch.setattr(episodes_files, "open_episodes_file", stuck)
     monkeypatch.setattr(run_limits, "STUCK_GRACE_S", 1.0)
     monkeypatch.setattr(run_limits.overdue, "__defaults__", (1.0,))
@@ -93,3 +98,4 @@ def test_read_stuck_inside_one_request_stops_the_run(tmp_path, monkeypatch, caps
            "lease released)" in text, text
     assert not [p for p in out.rglob("*") if ".tmp-" in p.name]
     assert not (out / ".lease.json").exists()
+    assert _tree(dataset) == before  # the dataset is read, never written
