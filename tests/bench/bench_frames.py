@@ -631,6 +631,14 @@ def measure_side(spec: dict) -> dict:
     loaders = [] if spec["side"] == "floor" else [("loader", False, {}), ("loader windows", True, {})] + (
         [("loader windows uint8", True, {"camera_dtype": "uint8"})] if "random uint8" in out else [])
     for name, windows, kw in loaders:
+        if spec["side"].startswith("lerobot:"):
+            # LeRobot's torchcodec decoders are cached per process; forked into the workers after this process
+            # used them, they share its file positions and fail ("Invalid data found"): a training process
+            # forks before reading items, as the loader here then does
+            from lerobot.datasets import video_utils
+            cache = getattr(video_utils, "_default_decoder_cache", None)
+            if cache is not None:
+                cache.clear()
         t0 = time.perf_counter()
         ds = make(windows, **kw)
         g = torch.Generator()
