@@ -3,6 +3,7 @@ run rerun gives the same output, and no file outside a dataset root is ever open
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -122,8 +123,20 @@ def test_killed_run_rerun_gives_identical_output(tmp_path):
     os.kill(proc.pid, signal.SIGKILL)
     proc.wait()
     assert not (out / "manifest.json").exists(), "the kill must land before the run finished"
+    # an episodes file is committed (and journaled) as its last part lands: what the killed run finished
+    # stays, marked unchanged by the rerun, which imports only the rest
+    committed = len(list((out / ".journal").rglob("file-*.json")))
     assert run_import(root, out) == 0
-    assert output_files(out) == output_files(clean)
+    resumed, fresh = output_files(out), output_files(clean)
+    doc = json.loads(resumed.pop("manifest.json"))
+    assert doc["totals"]["episodes_files_unchanged"] == committed
+    assert [e["status"] for e in doc["episodes_files"].values()].count("unchanged") == committed
+    doc["totals"]["episodes_files_unchanged"] = 0
+    doc["totals"]["episodes_files_imported"] += committed
+    for entry in doc["episodes_files"].values():
+        entry["status"] = "imported"
+    assert doc == json.loads(fresh.pop("manifest.json"))
+    assert resumed == fresh
 
 
 def test_no_file_outside_the_root_is_opened(tmp_path):

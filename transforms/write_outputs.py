@@ -399,8 +399,13 @@ def commit_file(config: ImportConfig, root: str, rel: str, results: Sequence[Par
     progress.add(episodes_files_done=1, episodes_files_failed=int(outcome.status == "failed"))
     if outcome.status == "imported":
         source = sources[0].to_manifest() if sources else None
+        # what the file lists goes in too, as the manifest's finish step records it: a file the next run
+        # keeps from the journal still counts in the dataset's totals against info.json
+        indices = [ep for r in results for ep in r.episode_indices]
+        listed = {"episodes": len(indices), "frames": sum(r.frames for r in results),
+                  "episode_ranges": [list(r) for r in quality.index_ranges(indices)]}
         entry = {**sink.file_entry(outcome, source, config.run_id),
-                 "quality": {"checks": json.loads(checked.checks_json), "table": table}}
+                 "quality": {"checks": json.loads(checked.checks_json), "table": table, "listed": listed}}
         journal.record_file(out, run_id=config.run_id, options=config.output_options(), episodes_file=rel,
                             entry=entry)
     if outcome.status == "failed":
