@@ -16,6 +16,7 @@ import json
 import logging
 import sys
 from collections import OrderedDict
+from concurrent import futures
 from typing import Iterable, Iterator, Optional, Sequence
 
 import apache_beam as beam
@@ -120,8 +121,10 @@ class _WriteParts(beam.DoFn):
         self._counters = {name: counter(name) for name in names}
         self._tasks: dict[str, Optional[list[str]]] = {}  # per dataset: meta/tasks.parquet, read once
         self._columns: dict[str, tuple[str, ...]] = {}  # the columns of the data files the last part read
+        self._encoder = futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="part-encoder")
 
     def teardown(self) -> None:
+        self._encoder.shutdown(wait=True)
         for reader in self._readers.values():
             reader.close()
         self._readers.clear()
@@ -138,19 +141,48 @@ class _WriteParts(beam.DoFn):
 
     def process(self, element: tuple[tuple, Iterable[tuple[tuple, PartInputs]]], facts=None
                 ) -> Iterator[tuple[tuple[str, str], FileInputs]]:
+        """The unit's parts in read order. A part's Parquet bytes are encoded on the encoder thread while
+        the next part is read, typed and checked here (pyarrow encodes without holding the GIL, so the two
+        share the worker's cores); each part is then stored and committed here, in order."""
         unit, parts = element
+        pending: Optional[_Encoding] = None
         for key, inputs in sorted(parts, key=lambda part: unit_order(unit, part)):
-            root, rel, part = key
             try:
-                with run_limits.piece(self._config.limits, "write", f"part {part} of episodes file {rel} of dataset "
-                                      f"{root}"):
-                    file_key, written = self._write_part(key, inputs)
-                    if facts is not None and written.results and written.results[0].tmp_uri:
-                        written = self._commit_if_last(file_key, written, facts)
-                yield file_key, written
+                with self._piece(key):
+                    ready = self._prepare_part(key, inputs)
             except Exception:  # noqa: BLE001 - one part's unexpected failure fails that part alone, as the
                 # safety net would if the part were an element of its own
-                yield _part_bug(key, inputs, sys.exc_info())
+                ready = _part_bug(key, inputs, sys.exc_info())
+            if pending is not None:
+                yield self._finish(pending, facts)
+                pending = None
+            if isinstance(ready, _Encoding):
+                pending = ready
+            else:
+                yield ready
+        if pending is not None:
+            yield self._finish(pending, facts)
+
+    def _piece(self, key: tuple[str, str, int]):
+        root, rel, part = key
+        return run_limits.piece(self._config.limits, "write", f"part {part} of episodes file {rel} of dataset {root}")
+
+    def _finish(self, pending: "_Encoding", facts) -> tuple[tuple[str, str], FileInputs]:
+        """Store an encoded part under its temporary name and commit its file when it was the last part."""
+        root, rel, _ = pending.key
+        try:
+            with self._piece(pending.key):
+                try:
+                    written = self._write(pending.header, pending.data.result(), pending.frames)
+                except LeRobotImportError as ex:  # a full disk, a read-only output: the part fails by that rule
+                    written = _failed_part(pending.header, [error_record(ex, dataset=root, episodes_file=rel)])
+                else:
+                    written = dataclasses.replace(written, findings=pending.findings)
+                    if facts is not None and written.results and written.results[0].tmp_uri:
+                        written = self._commit_if_last((root, rel), written, facts)
+            return (root, rel), written
+        except Exception:  # noqa: BLE001 - as in `process`: the part fails alone
+            return _part_bug(pending.key, pending.inputs, sys.exc_info())
 
     def _commit_if_last(self, file_key: tuple[str, str], written: FileInputs, facts) -> FileInputs:
         """Commit the part's episodes file when this was its last part to be written: the file's outcome,
@@ -190,7 +222,10 @@ class _WriteParts(beam.DoFn):
             return None
         return (results, found) if won else None
 
-    def _write_part(self, key: tuple[str, str, int], inputs: PartInputs) -> tuple[tuple[str, str], FileInputs]:
+    def _prepare_part(self, key: tuple[str, str, int], inputs: PartInputs
+                      ) -> "_Encoding | tuple[tuple[str, str], FileInputs]":
+        """Read, type and check one part, then start encoding its Parquet bytes; a failed part's result
+        instead."""
         root, rel, part = key
         header = _header(inputs, part, rel)
         if inputs.failures:
@@ -209,11 +244,8 @@ class _WriteParts(beam.DoFn):
         findings = self._check(root, rel, info, header, frames, inputs.videos)
         n_frames = sum(len(f) for f in frames.values())
         del frames  # the typed table holds them now
-        try:
-            written = self._write(header, table, n_frames)
-        except LeRobotImportError as ex:  # a full disk, a read-only output: the part fails by that rule
-            return (root, rel), _failed_part(header, [error_record(ex, dataset=root, episodes_file=rel)])
-        return (root, rel), dataclasses.replace(written, findings=tuple(findings))
+        return _Encoding(key=key, inputs=inputs, header=header, frames=n_frames, findings=tuple(findings),
+                         data=self._encoder.submit(sink.parquet_bytes, table))
 
     def _check(self, root: str, rel: str, info: DatasetInfo, header: PartHeader, frames: dict,
                videos) -> list:
@@ -252,8 +284,7 @@ class _WriteParts(beam.DoFn):
         self._counters["data_read_requests"].inc(self._reads.requests - before[1])
         return frames, errors
 
-    def _write(self, header: PartHeader, table, n_frames: int) -> FileInputs:
-        data = sink.parquet_bytes(table)
+    def _write(self, header: PartHeader, data: bytes, n_frames: int) -> FileInputs:
         final = storage.join(self._config.output_of(header.dataset),
                              paths.output_part_path(header.episodes_file, header.plan.part, header.num_parts))
         with stopping.output_work():
@@ -263,6 +294,17 @@ class _WriteParts(beam.DoFn):
         self._counters["parts_written"].inc()
         self._counters["output_bytes"].inc(len(data))
         return _part_result(header, tmp_uri=tmp, frames=n_frames, bytes=len(data), sha256=sink.sha256_hex(data))
+
+
+@dataclasses.dataclass(frozen=True)
+class _Encoding:
+    """A part read, typed and checked, whose Parquet bytes (`data`) the encoder thread is making."""
+    key: tuple[str, str, int]
+    inputs: PartInputs
+    header: PartHeader
+    frames: int
+    findings: tuple
+    data: futures.Future
 
 
 def _strict_error(findings) -> bool:
