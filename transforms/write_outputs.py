@@ -142,8 +142,9 @@ class _WriteParts(beam.DoFn):
     def process(self, element: tuple[tuple, Iterable[tuple[tuple, PartInputs]]], facts=None
                 ) -> Iterator[tuple[tuple[str, str], FileInputs]]:
         """The unit's parts in read order. A part's Parquet bytes are encoded on the encoder thread while
-        the next part is read, typed and checked here (pyarrow encodes without holding the GIL, so the two
-        share the worker's cores); each part is then stored and committed here, in order."""
+        its frames are checked and the unit's next part is read, typed and checked here (pyarrow encodes
+        without holding the GIL, so the two share the worker's cores); each part is then stored and
+        committed here, in order."""
         unit, parts = element
         pending: Optional[_Encoding] = None
         for key, inputs in sorted(parts, key=lambda part: unit_order(unit, part)):
@@ -224,8 +225,8 @@ class _WriteParts(beam.DoFn):
 
     def _prepare_part(self, key: tuple[str, str, int], inputs: PartInputs
                       ) -> "_Encoding | tuple[tuple[str, str], FileInputs]":
-        """Read, type and check one part, then start encoding its Parquet bytes; a failed part's result
-        instead."""
+        """Read and type one part, then check its frames while its Parquet bytes are encoded; a failed
+        part's result instead."""
         root, rel, part = key
         header = _header(inputs, part, rel)
         if inputs.failures:
@@ -241,11 +242,12 @@ class _WriteParts(beam.DoFn):
                 errors = [ex.with_context(file=rel)]
         if errors:
             return (root, rel), _failed_part(header, [error_record(e, dataset=root, episodes_file=rel) for e in errors])
+        data = self._encoder.submit(sink.parquet_bytes, table)  # encoded while the frames are checked
+        del table
         findings = self._check(root, rel, info, header, frames, inputs.videos)
         n_frames = sum(len(f) for f in frames.values())
-        del frames  # the typed table holds them now
         return _Encoding(key=key, inputs=inputs, header=header, frames=n_frames, findings=tuple(findings),
-                         data=self._encoder.submit(sink.parquet_bytes, table))
+                         data=data)
 
     def _check(self, root: str, rel: str, info: DatasetInfo, header: PartHeader, frames: dict,
                videos) -> list:
