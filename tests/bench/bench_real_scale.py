@@ -193,7 +193,7 @@ def main() -> None:
     ap.add_argument("--episodes-file-only", action="store_true")
     ap.add_argument("--skip-episodes-file", action="store_true")
     ap.add_argument("--workdir", default=None, help="where datasets and outputs go (default: a temp dir)")
-    ap.add_argument("--keep", action="store_true", help="keep the work dir")
+    ap.add_argument("--keep", action="store_true", help="keep the temporary work dir (a --workdir is always kept)")
     ap.add_argument("--reuse", action="store_true", help="reuse a dataset --keep left in --workdir")
     ap.add_argument("--_floor", nargs=2, help=argparse.SUPPRESS)
     ap.add_argument("--_episodes_file", help=argparse.SUPPRESS)
@@ -210,7 +210,7 @@ def main() -> None:
         if not args.skip_episodes_file:
             bench_episodes_file(work, args.rounds, args.reuse)
     finally:
-        if not args.keep:
+        if not args.keep and not args.workdir:  # a folder the user named is theirs: only its outputs go
             shutil.rmtree(work, ignore_errors=True)
 
 
