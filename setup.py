@@ -30,6 +30,8 @@ setup(
         "torch": ["torch>=2.2"],
         "test": [
             "pytest>=8",
+            # the README's test command spreads the test modules over the machine's cores
+            "pytest-xdist>=3",
             "hypothesis>=6",
             "av>=14",
             "spiral-sdk==0.16.56",

@@ -70,11 +70,11 @@ def test_the_readme_test_command_installs_what_ci_tests_need():
     assert len(blocks) == 2
     command = blocks[1].strip()
     assert command == ('pip install -e ".[test]" && pip install torch==2.13.0 --index-url '
-                       'https://download.pytorch.org/whl/cpu && python -m pytest -q')
+                       'https://download.pytorch.org/whl/cpu && python -m pytest -q -n auto --dist loadfile')
     setup = (REPO / "setup.py").read_text()
     test_extra = setup[setup.index('"test": ['):]
     test_extra = test_extra[:test_extra.index("],")]
-    for package in ('"duckdb', '"polars', '"av', '"spiral-sdk', '"huggingface_hub'):
+    for package in ('"duckdb', '"polars', '"av', '"spiral-sdk', '"huggingface_hub', '"pytest-xdist'):
         assert package in test_extra, package
     ci = (REPO / ".ci" / "run").read_text()
     assert "pip install --quiet \"torch" not in ci  # the README's command is the one way tests get torch
