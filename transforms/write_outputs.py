@@ -210,7 +210,7 @@ class _WriteParts(beam.DoFn):
         out = self._config.output_of(root)
         journal.record_part(out, run_id=self._config.run_id, episodes_file=rel, part=result.part,
                             result=part_record(result, findings))
-        recorded = journal.recorded_parts(out, self._config.run_id, rel)
+        recorded = journal.recorded_parts(out, self._config.run_id, rel, result.num_parts)
         if sorted(recorded) != list(range(result.num_parts)):
             return None
         results = [part_from_record(root, rel, r) for _, r in sorted(recorded.items())]
@@ -535,7 +535,7 @@ class _DatasetWriter(beam.DoFn):
                 if ex.rule not in UNFINISHED_RULES:
                     raise
                 return self._unfinished(root, ex)
-            journal.clear(out, journal.read_records(out, {})[1])  # the manifest now holds what they recorded
+            journal.clear(out, journal.record_uris(out))  # the manifest now holds what they recorded
         self._counters["errors"].inc(doc["totals"]["errors"])
         self._counters["warnings"].inc(doc["totals"]["warnings"])
         self._counters["datasets_imported" if doc["status"] == "imported" else "datasets_failed"].inc()

@@ -27,7 +27,7 @@ import json
 from typing import Any, Iterable, Mapping, Optional
 
 from transforms import storage
-from transforms.episode import paths
+from transforms.episode import output_state, paths
 from transforms.errors import LeRobotImportError
 
 PROGRESS_DIR = ".journal"
@@ -78,14 +78,16 @@ def part_record_uri(out_root: str, run_id: str, episodes_file: str, part: int) -
     return storage.join(_run_folder(out_root, run_id), f"part-{_key(episodes_file)}-{part:06d}.json")
 
 
-def recorded_parts(out_root: str, run_id: str, episodes_file: str) -> dict[int, dict]:
-    """The parts of an episodes file this run has recorded so far: part number -> its `result`."""
+def recorded_parts(out_root: str, run_id: str, episodes_file: str, num_parts: int = 0) -> dict[int, dict]:
+    """The parts of an episodes file this run has recorded so far: part number -> its `result`; nothing
+    read (empty) while fewer than `num_parts` records are listed."""
     folder = _run_folder(out_root, run_id)
     prefix = f"part-{_key(episodes_file)}-"
     found: dict[int, dict] = {}
-    for name in storage.list_dir(folder):
-        if not (name.startswith(prefix) and name.endswith(".json")):
-            continue
+    names = [name for name in storage.list_dir(folder) if name.startswith(prefix) and name.endswith(".json")]
+    if len(names) < num_parts:
+        return found  # a part not recorded yet: none is read until every one may be there
+    for name in names:
         try:  # bounded, as every record is; one that cannot be read leaves the file to the commit step
             doc = json.loads(storage.read_state_file(storage.join(folder, name), what="journal record", file=name,
                                                      max_bytes=MAX_RECORD_BYTES) or b"null")
@@ -101,15 +103,18 @@ def commit_claim_uri(out_root: str, run_id: str, episodes_file: str) -> str:
     return _record_uri(out_root, run_id, "commit", episodes_file)
 
 
+def record_uris(out_root: str) -> list[str]:
+    """Every record under OUT/.journal/ (folded kinds, part records and claims alike), unread."""
+    try:
+        return storage.list_files(storage.join(out_root, PROGRESS_DIR), suffix=".json")
+    except (OSError, ValueError):
+        return []
+
+
 def read_records(out_root: str, options: Mapping) -> tuple[list[dict], list[str]]:
     """The records under OUT/.journal/ made with `options`, and every record's URI (to remove them)."""
-    found, uris = [], []
-    try:
-        listed = storage.list_files(storage.join(out_root, PROGRESS_DIR), suffix=".json")
-    except (OSError, ValueError):
-        return [], []
-    for uri in listed:
-        uris.append(uri)
+    found, uris = [], record_uris(out_root)
+    for uri in uris:
         if not uri.rsplit("/", 1)[-1].startswith(tuple(f"{kind}-" for kind in FOLDED_KINDS)):
             continue  # a part record or a claim: nothing the manifest holds
         try:
@@ -208,13 +213,11 @@ def clear(out_root: str, uris: Iterable[str]) -> None:
 
 def leftover_temporaries(out_root: str) -> list[str]:
     """Every temporary file (`.NAME.tmp-…`, a part or shard being written) under an output root."""
-    fs, path = storage.filesystem(out_root)
     try:
-        found = fs.find(path)
-    except (FileNotFoundError, OSError):
+        listed = storage.list_files(out_root)
+    except OSError:
         return []
-    return sorted(storage.to_uri(fs, p) for p in found
-                  if p.rsplit("/", 1)[-1].startswith(".") and storage.TMP_MARK in p.rsplit("/", 1)[-1])
+    return [uri for uri in listed if output_state.is_own_tmp(uri.rsplit("/", 1)[-1])]
 
 
 def _dumps(doc: Mapping) -> bytes:
