@@ -16,14 +16,12 @@ from typing import Any, Iterator, Mapping, Optional
 import apache_beam as beam
 import numpy as np
 import pyarrow as pa
-import pyarrow.parquet as pq
 from apache_beam.metrics import Metrics
 
-from transforms import storage
 from transforms.language.errors import RenderError
 from transforms.language.recipe import TrainingRecipe, parse_recipe
 from transforms.language.render import render_episode
-from transforms.lerobot.tasks import TASKS_PATH, frame_tasks, tasks_in_row_order
+from transforms.lerobot.tasks import frame_tasks, read_tasks
 
 NAMESPACE = "lerobot_render"
 #: The tags of `RenderTrainingSamples`' two outputs.
@@ -75,7 +73,8 @@ class EpisodeSamples:
 
 
 def load_tasks(dataset_root: str) -> dict[int, str]:
-    """task_index -> task, from the dataset's meta/tasks.parquet (row order is task_index, as LeRobot reads it).
+    """task_index -> task, from the dataset's meta/tasks.parquet (row order is task_index, as LeRobot reads it)
+    or, for a v2.x dataset, its meta/tasks.jsonl.
 
     Args:
         dataset_root: the dataset root URI.
@@ -83,8 +82,7 @@ def load_tasks(dataset_root: str) -> dict[int, str]:
     Returns:
         The task of each task_index.
     """
-    raw = storage.read_bytes(storage.dataset_file(dataset_root, TASKS_PATH), what="tasks file", file=TASKS_PATH)
-    return dict(enumerate(tasks_in_row_order(pq.read_table(pa.BufferReader(raw)))))
+    return read_tasks(dataset_root)
 
 
 def _sample(episode_index: int, frame_index: int, index: int, timestamp: float, task: Optional[str],

@@ -5,16 +5,12 @@ call the same function, so a check finds the same things in both.
 
 from __future__ import annotations
 
-import io
 from typing import Mapping, Optional, Sequence
 
 import pyarrow as pa
-import pyarrow.parquet as pq
 
-from transforms import storage
 from transforms.lerobot.episodes_files import EpisodeRow
 from transforms.lerobot.info import DatasetInfo
-from transforms.lerobot.tasks import TASKS_PATH, tasks_in_row_order
 from transforms.lerobot.tasks import read_tasks as read_dataset_tasks
 from transforms.errors import LeRobotImportError
 from transforms.quality import dataset_checks
@@ -68,15 +64,7 @@ def check_part(dataset: str, episodes_file: str, info: DatasetInfo, rows: Sequen
 def read_tasks(root: str) -> Optional[list[str]]:
     """meta/tasks.parquet's tasks in row order (task_index k is row k), None when the dataset has no readable
     tasks file (the tasks check is then skipped: nothing to compare with)."""
-    try:
-        raw = storage.read_bytes(storage.dataset_file(root, TASKS_PATH), what="tasks file", file=TASKS_PATH)
-        return tasks_in_row_order(pq.read_table(io.BytesIO(raw)))
-    except LeRobotImportError as ex:
-        if ex.rule != "file_missing":
-            return None
-    except (OSError, KeyError, ValueError, pa.ArrowException):
-        return None
-    try:  # a v2.x dataset: meta/tasks.jsonl, each line naming its task_index (0.. as LeRobot writes them)
+    try:  # tasks.parquet, or a v2.x dataset's meta/tasks.jsonl (each line naming its task_index)
         by_index = read_dataset_tasks(root)
     except (LeRobotImportError, OSError, KeyError, ValueError, pa.ArrowException):
         return None

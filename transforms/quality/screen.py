@@ -128,11 +128,18 @@ def _screen_videos(rows: Sequence[EpisodeRow], offsets: np.ndarray, episode_of: 
         files = [r.videos[k].file if len(r.videos) > k else None for r in rows]
         starts = np.array([r.videos[k].from_timestamp if len(r.videos) > k else 0.0 for r in rows], np.float64)
         t = starts[episode_of] + offsets
-        for file in set(files):
-            found = samples.get(file) if file is not None else None
+        # each frame's file as a number, frames grouped by it once (a v2.x group has an MP4 per episode:
+        # comparing every row's file per file would grow with the square of the episodes)
+        names = list(dict.fromkeys(f for f in files if f is not None))
+        number = {f: i for i, f in enumerate(names)}
+        of_frame = np.array([number.get(f, -1) for f in files], np.int64)[episode_of]
+        order = np.argsort(of_frame, kind="stable")
+        bounds = np.searchsorted(of_frame[order], np.arange(len(names) + 1))
+        for i, file in enumerate(names):
+            found = samples.get(file)
             if found is None:
                 continue
-            mine = np.array([f == file for f in files], bool)[episode_of]
+            mine = order[bounds[i]:bounds[i + 1]]
             times = t[mine]
             dist = _nearest_distance(found.times, times)
             bad = ~(dist <= TOLERANCE_S) | (times < found.start) | (times >= found.end)
