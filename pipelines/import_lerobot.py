@@ -54,8 +54,9 @@ def run_targets(options: ImportOptions, *, check: bool = False) -> RunTargets:
 
 
 def config_from_options(options: ImportOptions, *, run_id: str = "", started_at: str = "",
-                        targets: Optional[RunTargets] = None) -> ImportConfig:
-    """The run's ImportConfig: dataset roots resolved (lists and globs expanded) and their outputs."""
+                        targets: Optional[RunTargets] = None, limits=None) -> ImportConfig:
+    """The run's ImportConfig: dataset roots resolved (lists and globs expanded) and their outputs; `limits`
+    the run's bounds when the caller has them already (else read from `options`)."""
     from transforms.messages import ImportConfig
 
     targets = (run_targets(options) if targets is None else targets).targets
@@ -71,7 +72,7 @@ def config_from_options(options: ImportOptions, *, run_id: str = "", started_at:
     except ValueError as ex:  # a check name that is no check: the command line is wrong
         raise cli.UsageError(f"error: {ex}") from None
     from transforms import run_limits
-    limits = dataclasses.replace(limits_from_options(options), run_id=run_id)
+    limits = dataclasses.replace(limits or limits_from_options(options), run_id=run_id)
     run_limits.install(limits)  # the run's own: what the run learns once holds for it alone
     return ImportConfig(targets=targets, one_part=options.one_part,
                         data_span_limit=options.data_span_limit, inline_index=options.inline_index,
@@ -81,23 +82,14 @@ def config_from_options(options: ImportOptions, *, run_id: str = "", started_at:
 
 
 def limits_from_options(options: ImportOptions):  # -> run_limits.RunLimits
-    """The run's bounds (--phase_deadline, --hub_list_max_pages, --hub_list_max_items), installed for the
-    command's own reads too (pins, listings of its targets); a value that is none is a usage error."""
+    """The run's bounds (--phase_deadline, --hub_list_max_pages, --hub_list_max_items); a value that is none
+    is a usage error."""
     from transforms import run_limits
     try:
-        limits = run_limits.RunLimits(run_limits.parse_deadlines(options.phase_deadline),
-                                      _positive(options.hub_list_max_pages, "--hub_list_max_pages"),
-                                      _positive(options.hub_list_max_items, "--hub_list_max_items"))
+        return run_limits.from_values(options.phase_deadline, options.hub_list_max_pages,
+                                      options.hub_list_max_items)
     except ValueError as ex:
         raise cli.UsageError(f"error: {ex}") from None
-    run_limits.install(limits)
-    return limits
-
-
-def _positive(value, option: str) -> int:
-    if value is None or int(value) < 1:
-        raise ValueError(f"{option} must be a whole number above 0, not {value!r}")
-    return int(value)
 
 
 def build_pipeline(options: PipelineOptions, config: ImportConfig, started_at: Optional[str] = None) -> beam.Pipeline:
@@ -148,10 +140,12 @@ def run(argv: Optional[Sequence[str]] = None, *, wait: bool = True, verbosity: i
     if is_dry_run(options):
         return dry_run(options, import_options)
     from transforms import run_limits
-    with run_limits.piece(limits_from_options(import_options), "check", "the datasets of the command line"):
+    limits = limits_from_options(import_options)
+    run_limits.install(limits)  # for the command's own reads too (pins, listings of its targets)
+    with run_limits.piece(limits, "check", "the datasets of the command line"):
         planned = run_targets(import_options, check=wait)
     config = config_from_options(import_options, run_id=uuid.uuid4().hex, started_at=sink.now_iso(),
-                                 targets=planned)
+                                 targets=planned, limits=limits)
     left_out = left_out_lines(planned)
     for line in left_out:
         print(line)

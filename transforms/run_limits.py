@@ -80,6 +80,22 @@ class RunLimits:
         return dict(self.deadlines_s)[phase]
 
 
+def from_values(phase_deadline: Optional[str], hub_list_max_pages, hub_list_max_items) -> RunLimits:
+    """The bounds a command line gives (`--phase_deadline`, `--hub_list_max_pages`, `--hub_list_max_items`).
+
+    Raises:
+        ValueError: a value that is none, naming its option.
+    """
+    return RunLimits(parse_deadlines(phase_deadline), _positive(hub_list_max_pages, "--hub_list_max_pages"),
+                     _positive(hub_list_max_items, "--hub_list_max_items"))
+
+
+def _positive(value, option: str) -> int:
+    if value is None or int(value) < 1:
+        raise ValueError(f"{option} must be a whole number above 0, not {value!r}")
+    return int(value)
+
+
 def parse_deadlines(text: Optional[str]) -> tuple[tuple[str, float], ...]:
     """`--phase_deadline`'s value: `SECONDS` (every phase) or `PHASE=SECONDS[,PHASE=SECONDS...]` (the
     phases named; the others keep their default).
