@@ -81,17 +81,24 @@ class V2Episodes:
     length: np.ndarray  # int64 per line
     tasks: tuple[tuple[str, ...], ...]
     start: np.ndarray  # int64 per line: the frames of the episodes before it (the running sum of lengths)
+    # groups() by chunks_size, worked out once: every group's rows ask for it (one sort of all episodes)
+    _groups: dict = dataclasses.field(default_factory=dict, compare=False, repr=False)
 
     def __len__(self) -> int:
         return len(self.episode_index)
 
     def groups(self, chunks_size: int) -> dict[str, np.ndarray]:
-        """Group name -> the lines (positions) of its episodes, in file order; names sorted by chunk."""
-        chunk = self.episode_index // chunks_size
-        order = np.argsort(chunk, kind="stable")
-        values, first = np.unique(chunk[order], return_index=True)
-        bounds = list(first[1:]) + [len(order)]
-        return {group_name(int(c)): order[lo:hi] for c, lo, hi in zip(values, first, bounds)}
+        """Group name -> the lines (positions) of its episodes, in file order; names sorted by chunk (the
+        same mapping each call: not to be changed by the caller)."""
+        found = self._groups.get(chunks_size)
+        if found is None:
+            chunk = self.episode_index // chunks_size
+            order = np.argsort(chunk, kind="stable")
+            values, first = np.unique(chunk[order], return_index=True)
+            bounds = list(first[1:]) + [len(order)]
+            found = {group_name(int(c)): order[lo:hi] for c, lo, hi in zip(values, first, bounds)}
+            self._groups[chunks_size] = found
+        return found
 
 
 def parse_episodes_jsonl(raw: bytes) -> V2Episodes:
