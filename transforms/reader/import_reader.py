@@ -252,6 +252,7 @@ class MediaIndexStore:
                  cache_group_bytes: int = 64 << 20, parquet: Optional[ParquetFiles] = None) -> None:
         self.files = list(files)
         self._groups: Optional[list[_IndexGroup]] = None
+        self._by_min: tuple = ([], [], [])  # (groups with uri statistics, their min uris, groups without)
         self._rows = _LRU(cache_group_bytes)   # _IndexGroup -> {uri: index or None}
         self._rows_count = max(1, int(cache_files))
         self._tracks = _LRU(cache_track_bytes)
@@ -277,17 +278,19 @@ class MediaIndexStore:
                         lo, hi = _stats_range(md, rg, "uri")
                         groups.append(_IndexGroup(lo, hi, f, rg))
                 groups.sort(key=lambda g: (g.min_uri is not None, g.min_uri or ""))
+                with_stats = [g for g in groups if g.min_uri is not None]
                 self._groups = groups
+                self._by_min = (with_stats, [g.min_uri for g in with_stats],
+                                [g for g in groups if g.min_uri is None])
             return self._groups
 
     def _candidates(self, uri: str) -> list[_IndexGroup]:
-        groups = self._load_groups()
-        with_stats = [g for g in groups if g.min_uri is not None]
-        mins = [g.min_uri for g in with_stats]
+        self._load_groups()
+        with_stats, mins, no_stats = self._by_min
         # The row groups of one shard are disjoint URI ranges, but those of different shards may overlap (the
         # MP4s of two cameras under two commits interleave): every group with min <= uri <= max is a candidate.
         k = bisect.bisect_right(mins, uri)
-        return [g for g in with_stats[:k] if uri <= g.max_uri] + [g for g in groups if g.min_uri is None]
+        return [g for g in with_stats[:k] if uri <= g.max_uri] + no_stats
 
     def lookup(self, uri: str) -> Optional[pa.Array]:
         """The MediaIndex of `uri` as a length-1 spql.MediaIndex array; None when it has none."""
