@@ -269,21 +269,21 @@ def test_local_video_files_are_read_with_pread_on_one_descriptor(layouts, tmp_pa
 
     opened = []
     real_open = os.open
-    monkeypatch.setattr(gop_cache.os, "open", lambda path, *a: opened.append(path) or real_open(path, *a))
+    monkeypatch.setattr(ranges.os, "open", lambda path, *a: opened.append(path) or real_open(path, *a))
     ds = ImportedFrames(layouts["many"])
     for i in (0, 5, 1, len(ds) - 1, 2):
         ds[i]
     readers = list(ds.gop_cache._files.values())
-    assert readers and all(isinstance(r, gop_cache.LocalRangeReader) for r in readers)
+    assert readers and all(isinstance(r, ranges.LocalRangeReader) for r in readers)
     assert sorted(p for p in opened if p.endswith(".mp4")) == sorted(r.path for r in readers)  # one descriptor each
     path = readers[0].path
     data = open(path, "rb").read()
     counter = gop_cache.storage.ReadCounter()
-    local = gop_cache.open_range_reader(f"file://{path}", counter)
+    local = ranges.open_uri(f"file://{path}", stats=counter, pread=True)
     assert local.read_ranges([0, 100], [8, 164]) == [data[:8], data[100:164]] and local.size == len(data)
     assert (counter.requests, counter.bytes_read) == (2, 72)
     fsspec.filesystem("memory").pipe("/v/x.mp4", data)
-    remote = gop_cache.open_range_reader("memory://v/x.mp4", counter)
+    remote = ranges.open_uri("memory://v/x.mp4", stats=counter, pread=True)
     assert isinstance(remote, ranges.FsspecRangeReader) and remote.read_ranges([100], [164]) == [data[100:164]]
     with pytest.raises(LeRobotImportError, match=r"video file .*nothing\.mp4 does not exist"):
-        gop_cache.open_range_reader(str(tmp_path / "nothing.mp4"), counter).read_ranges([0], [1])
+        ranges.open_uri(str(tmp_path / "nothing.mp4"), stats=counter, pread=True).read_ranges([0], [1])

@@ -12,13 +12,16 @@ failures and for a file shorter than the ranges asked (it changed, or was trunca
 from __future__ import annotations
 
 import dataclasses
+import os
 from typing import Any, Optional, Protocol, Sequence
+
+from fsspec.implementations.local import LocalFileSystem
 
 from transforms import storage
 from transforms.errors import LeRobotImportError
 
-__all__ = ["ReadStats", "RangeReader", "BytesRangeReader", "FsspecRangeReader", "open_fsspec", "open_uri",
-           "read_range"]
+__all__ = ["ReadStats", "RangeReader", "BytesRangeReader", "FsspecRangeReader", "LocalRangeReader", "open_fsspec",
+           "open_uri", "read_range"]
 
 
 #: What a reader has cost (range requests and bytes): storage's one read counter.
@@ -134,6 +137,65 @@ class FsspecRangeReader:
         return out
 
 
+class LocalRangeReader:
+    """A local video file read by byte ranges with `os.pread` on one descriptor, opened at first read.
+
+    Args:
+        path: the file's local path.
+        uri: names the file in messages.
+        stats: the counters its reads are added to.
+        what: what the file is, for messages.
+    """
+
+    def __init__(self, path: str, uri: str, stats: ReadStats, what: str = "video file") -> None:
+        self.path, self.uri, self.stats, self.what = path, uri, stats, what
+        self._fd: Optional[int] = None
+        self._size = 0
+
+    @property
+    def size(self) -> int:
+        self._open()
+        return self._size
+
+    def _open(self) -> int:
+        if self._fd is None:
+            try:
+                fd = os.open(self.path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
+            except FileNotFoundError:
+                raise LeRobotImportError("file_missing", f"{self.what} {self.uri} does not exist",
+                                         file=self.uri) from None
+            except OSError as ex:
+                raise LeRobotImportError("io", f"cannot open it: {type(ex).__name__}: {ex}", file=self.uri) from None
+            self._size = os.fstat(fd).st_size
+            self._fd = fd
+        return self._fd
+
+    def read_ranges(self, starts, ends) -> list[bytes]:
+        starts, ends = [int(s) for s in starts], [int(e) for e in ends]
+        fd = self._open()
+        # not checked against the size found at open: the file may change after it, and a short read says so
+        _check_ranges(self.uri, None, starts, ends)
+        try:
+            out = [os.pread(fd, e - s, s) for s, e in zip(starts, ends)]
+        except OSError as ex:
+            raise LeRobotImportError("io", f"reading bytes {starts[0]}..{ends[-1]} failed: {type(ex).__name__}: {ex}",
+                                     file=self.uri) from None
+        _check_lengths(self.uri, out, starts, ends)
+        self.stats.add(out)
+        return out
+
+    def close(self) -> None:
+        if self._fd is not None:
+            fd, self._fd = self._fd, None
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+
+    def __del__(self) -> None:
+        self.close()
+
+
 def open_fsspec(fs: Any, path: str, *, uri: Optional[str] = None, size: Optional[int] = None,
                 what: str = "video file", stats: Optional[ReadStats] = None) -> FsspecRangeReader:
     """`path` on filesystem `fs` for range reads.
@@ -150,12 +212,16 @@ def open_fsspec(fs: Any, path: str, *, uri: Optional[str] = None, size: Optional
 
 
 def open_uri(uri: str, *, size: Optional[int] = None, what: str = "video file",
-             stats: Optional[ReadStats] = None) -> FsspecRangeReader:
-    """The file at `uri` (a local path or any fsspec URL) for range reads; see `open_fsspec`."""
+             stats: Optional[ReadStats] = None, pread: bool = False) -> "FsspecRangeReader | LocalRangeReader":
+    """The file at `uri` (a local path or any fsspec URL) for range reads through fsspec (`open_fsspec`); with
+    `pread`, a local file by `os.pread` on one descriptor instead (`LocalRangeReader`, its size from the file
+    itself, the descriptor kept until `close()`: for a reader that keeps its files open)."""
     try:
         fs, path = storage.filesystem(uri)
     except LeRobotImportError:
         raise
     except Exception as ex:  # noqa: BLE001 - an unknown protocol, a missing driver
         raise LeRobotImportError("io", f"cannot open {uri}: {type(ex).__name__}: {ex}", file=uri) from None
+    if pread and isinstance(fs, LocalFileSystem):
+        return LocalRangeReader(path, uri, stats if stats is not None else ReadStats(), what)
     return open_fsspec(fs, path, uri=uri, size=size, what=what, stats=stats)

@@ -36,7 +36,6 @@ from fractions import Fraction
 from typing import Any, Optional
 
 import numpy as np
-from fsspec.implementations.local import LocalFileSystem
 
 from transforms import storage
 from transforms.errors import LeRobotImportError
@@ -44,79 +43,6 @@ from transforms.mp4 import ranges
 from transforms.reader.seek import ReaderError, TrackTables, _codec_context
 
 __all__ = ["GopCache", "gop_end"]
-
-class LocalRangeReader:
-    """A local video file read by byte ranges with `os.pread` on one descriptor, opened at first read.
-
-    Args:
-        path: the file's local path.
-        uri: names the file in messages.
-        stats: the counters its reads are added to.
-    """
-
-    what = "video file"
-
-    def __init__(self, path: str, uri: str, stats: storage.ReadCounter) -> None:
-        self.path, self.uri, self.stats = path, uri, stats
-        self._fd: Optional[int] = None
-        self._size = 0
-
-    @property
-    def size(self) -> int:
-        self._open()
-        return self._size
-
-    def _open(self) -> int:
-        if self._fd is None:
-            try:
-                fd = os.open(self.path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
-            except FileNotFoundError:
-                raise LeRobotImportError("file_missing", f"{self.what} {self.uri} does not exist",
-                                         file=self.uri) from None
-            except OSError as ex:
-                raise LeRobotImportError("io", f"cannot open it: {type(ex).__name__}: {ex}", file=self.uri) from None
-            self._size = os.fstat(fd).st_size
-            self._fd = fd
-        return self._fd
-
-    def read_ranges(self, starts, ends) -> list[bytes]:
-        starts, ends = [int(s) for s in starts], [int(e) for e in ends]
-        fd = self._open()
-        # not checked against the size found at open: the file may change after it, and a short read says so
-        ranges._check_ranges(self.uri, None, starts, ends)
-        try:
-            out = [os.pread(fd, e - s, s) for s, e in zip(starts, ends)]
-        except OSError as ex:
-            raise LeRobotImportError("io", f"reading bytes {starts[0]}..{ends[-1]} failed: {type(ex).__name__}: {ex}",
-                                     file=self.uri) from None
-        ranges._check_lengths(self.uri, out, starts, ends)
-        self.stats.add(out)
-        return out
-
-    def close(self) -> None:
-        if self._fd is not None:
-            fd, self._fd = self._fd, None
-            try:
-                os.close(fd)
-            except OSError:
-                pass
-
-    def __del__(self) -> None:
-        self.close()
-
-
-def open_range_reader(uri: str, stats: storage.ReadCounter):
-    """`uri` for range reads: a `LocalRangeReader` for a local file, else fsspec's (`ranges.open_uri`)."""
-    try:
-        fs, path = storage.filesystem(uri)
-    except LeRobotImportError:
-        raise
-    except Exception:  # noqa: BLE001 - open_uri says what is wrong with the URI
-        return ranges.open_uri(uri, stats=stats)
-    if isinstance(fs, LocalFileSystem):
-        return LocalRangeReader(path, uri, stats)
-    return ranges.open_fsspec(fs, path, uri=uri, stats=stats)
-
 
 #: Idle decoders kept per process, for reuse by the next stream of the same codec configuration.
 IDLE_DECODERS = 4
@@ -247,7 +173,7 @@ class GopCache:
         self._check_process()
         reader = self._files.get(uri)
         if reader is None:
-            reader = open_range_reader(uri, self.stats)
+            reader = ranges.open_uri(uri, stats=self.stats, pread=True)
             self._files[uri] = reader
             while len(self._files) > self.max_files:
                 _close(self._files.popitem(last=False)[1])
