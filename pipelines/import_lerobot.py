@@ -579,8 +579,17 @@ def _count(n: int, noun: str) -> str:
 
 
 def main(argv: Optional[Sequence[str]] = None) -> None:
-    """The `lerobot-import` command (`pipelines.cli.main`: an import, or its render, verify and plan)."""
-    cli.main(argv)
+    """The `lerobot-import` command (`pipelines.cli.main`: an import, or its render, verify and plan).
+
+    Without `argv` it is the process's own command (the console script, `python -m`): the process ends
+    as soon as the command has (`cli.end_process`)."""
+    if argv is not None:
+        cli.main(argv)
+        return
+    try:
+        cli.main()
+    except SystemExit as ex:
+        cli.end_process(ex.code)
 
 
 if __name__ == "__main__":

@@ -398,3 +398,20 @@ def test_default_logging_hides_type_hints_and_http_lines_and_keeps_dataflow_job_
     console.configure_logging(-1)
     assert not logging.getLogger("transforms.write_outputs").isEnabledFor(logging.WARNING)
     assert logging.getLogger("transforms.write_outputs").isEnabledFor(logging.ERROR)
+
+
+def test_the_process_ends_as_python_would_without_its_teardown():
+    """`cli.end_process`, how the command's own process ends: it waits for the other threads, runs the exit
+    handlers and flushes what was printed, then exits with the status (a message: on stderr, status 1)."""
+    script = ("import atexit, sys, threading, time\n"
+              "from pipelines import cli\n"
+              "atexit.register(lambda: print('exit handler ran'))\n"
+              "threading.Thread(target=lambda: (time.sleep(0.2), print('thread done'))).start()\n"
+              "print('printed, not flushed', end='')\n"
+              "cli.end_process(sys.argv[1] if sys.argv[1].startswith('error') else int(sys.argv[1]))\n")
+    for code, status in (("3", 3), ("0", 0), ("error: a message", 1)):
+        proc = subprocess.run([sys.executable, "-c", script, code], cwd=REPO, capture_output=True, text=True,
+                              env={**os.environ, "PYTHONPATH": str(REPO)})
+        assert proc.returncode == status
+        assert proc.stdout.splitlines() == ["printed, not flushedthread done", "exit handler ran"]
+        assert proc.stderr == ("error: a message\n" if status == 1 else "")

@@ -717,6 +717,26 @@ def test_update_shard_carries_kept_rows_replaces_read_ones_and_drops_the_rest(tm
     assert (found.size, found.version) == (a.size, "v1") and rows.get(shard, c.uri) is None
 
 
+def test_shard_rows_read_a_row_group_once_for_its_neighbours(tmp_path, monkeypatch):
+    """Carrying the rows of neighbouring MP4s decodes their shared row group once, not once per row, and
+    each row comes back as written."""
+    import pyarrow.parquet as pq
+    mit = _table_module()
+    out, shard = str(tmp_path), "media_index/videos/cam/chunk-000.parquet"
+    written = _index_rows(3)
+    assert mit.update_media_index_shard(out, shard, written, keep=frozenset()).action == "written"
+    assert pq.ParquetFile(tmp_path / shard).metadata.num_row_groups == 1
+    reads = []
+    real = pq.ParquetFile.read_row_group
+    monkeypatch.setattr(pq.ParquetFile, "read_row_group",
+                        lambda self, i, *a, **k: reads.append(i) or real(self, i, *a, **k))
+    rows = mit.ShardRows(out)
+    found = [rows.get(shard, r.uri) for r in written]
+    assert reads == [0]
+    assert [(f.uri, f.size, f.version) for f in found] == [(r.uri, r.size, "v1") for r in written]
+    assert [f.index.storage.to_pylist() for f in found] == [r.index.storage.to_pylist() for r in written]
+
+
 def test_shard_keeps_uri_statistics_only_and_no_dictionary(tmp_path):
     """A shard's row groups carry `uri` statistics (a reader's lookup key) and nothing dictionary-encoded."""
     import pyarrow.parquet as pq

@@ -203,11 +203,14 @@ def update_media_index_shard(out_root: str, shard: str, rows: Sequence[IndexRow]
 
 class ShardRows:
     """Rows of existing shards looked up by URI, reading each shard's footer once and one row group per
-    lookup (the row group whose `uri` statistics can hold it)."""
+    lookup (the row group whose `uri` statistics can hold it). The row group read last is kept per shard:
+    a run carries the rows of an episodes file's MP4s, neighbours in their shard, one after another, and a
+    row group holds several of them (each read of it decodes all of them)."""
 
     def __init__(self, out_root: str) -> None:
         self._out = out_root
         self._footers: dict[str, Optional[tuple[pq.FileMetaData, list[tuple[str, str, int]]]]] = {}
+        self._last: dict[str, tuple[int, pa.Table]] = {}  # per shard: (row group, its rows)
 
     def _footer(self, shard: str) -> Optional[tuple[pq.FileMetaData, list[tuple[str, str, int]]]]:
         if shard not in self._footers:
@@ -227,6 +230,15 @@ class ShardRows:
             self._footers[shard] = (md, sorted(groups))
         return self._footers[shard]
 
+    def _row_group(self, shard: str, md: pq.FileMetaData, rg: int) -> pa.Table:
+        last = self._last.get(shard)
+        if last is None or last[0] != rg:
+            fs, path = storage.filesystem(storage.join(self._out, shard))
+            with fs.open(path, "rb") as f:
+                last = (rg, pq.ParquetFile(f, metadata=md).read_row_group(rg))
+            self._last[shard] = last
+        return last[1]
+
     def get(self, shard: str, uri: str) -> Optional[IndexRow]:
         """The row of `uri` in `shard` (relative to the output root), or None when there is none."""
         found = self._footer(shard)
@@ -236,9 +248,7 @@ class ShardRows:
         k = bisect.bisect_right([g[0] for g in groups], uri) - 1
         if k < 0 or uri > groups[k][1]:
             return None
-        fs, path = storage.filesystem(storage.join(self._out, shard))
-        with fs.open(path, "rb") as f:
-            table = pq.ParquetFile(f, metadata=md).read_row_group(groups[k][2])
+        table = self._row_group(shard, md, groups[k][2])
         hits = pc.equal(table.column("uri"), uri).to_numpy(zero_copy_only=False).nonzero()[0]
         if not len(hits):
             return None
