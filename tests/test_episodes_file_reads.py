@@ -67,3 +67,31 @@ def test_a_footer_over_the_limit_is_refused_unparsed(with_stats, monkeypatch):
         f"the episodes file's footer (its Parquet metadata) takes {footer:,} bytes, more than the "
         f"{footer - 1:,} read from one episodes file (very many row groups or columns); rewrite it with larger "
         "row groups (e.g. pyarrow's default) or split it into several episodes files")
+
+
+def test_task_strings_the_footer_bounds_are_read_decoded_at_once(with_stats, monkeypatch):
+    """LeRobot's task strings: their footer bounds them far inside the limit, so the file is opened once and
+    read decoded in one pass, with the same rows; a dictionary that repeats a long string in every row is not
+    bounded by its footer, and is still refused by its decoded size."""
+    from tests.hostile_datasets import dictionary_bomb_tasks
+    info = read_info(str(with_stats))
+    raw = (with_stats / REL).read_bytes()
+    opened = []
+    real = episodes_files._parquet
+    monkeypatch.setattr(episodes_files, "_parquet", lambda *a, **k: opened.append(k) or real(*a, **k))
+    rows = episodes_files.read_episode_rows(raw, info, file=REL)
+    assert opened == [{}]  # no second reader with read_dictionary
+    assert [(r.episode_index, r.tasks, r.length) for r in rows[:2]] == [(0, ("pick the cube",), 2),
+                                                                        (1, ("place the cube",), 2)]
+    monkeypatch.undo()
+
+    def rows_of(root):
+        return episodes_files.read_episode_rows((root / REL).read_bytes(), read_info(str(root)), file=REL)
+    bomb = write_dataset(with_stats.parent / "bomb", DatasetSpec(lengths=(2,) * 300))
+    dictionary_bomb_tasks(REL, 300, 1 << 18)(bomb, bomb)
+    md = pq.ParquetFile(bomb / REL).metadata
+    leaves = [j for j in range(md.num_columns) if md.schema.column(j).path == "tasks.list.element"]
+    assert episodes_files._text_bound(md, leaves) > episodes_files.MAX_EPISODES_BYTES
+    with pytest.raises(LeRobotImportError) as ex:
+        rows_of(bomb)
+    assert ex.value.rule == "limit" and "once decompressed and decoded" in ex.value.message

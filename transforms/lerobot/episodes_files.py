@@ -238,12 +238,14 @@ def _read_table(raw: bytes | BinaryIO, needed: list[str], file: str) -> pa.Table
         _check_unique(names, needed, file)
         check_footer(pf, needed, file=file)
         leaves = leaf_columns(pf.schema_arrow, needed, pf.metadata.num_columns)
-        text = [pf.schema.column(j).path for j in leaves if pf.schema.column(j).physical_type == "BYTE_ARRAY"]
-        if text:  # strings stay dictionary-encoded until their decoded size is known to fit (the footer,
-            # tens of KB per row group of LeRobot's stats columns, is parsed once)
-            pf = _parquet(raw, read_dictionary=text, metadata=pf.metadata)
+        text_leaves = [j for j in leaves if pf.schema.column(j).physical_type == "BYTE_ARRAY"]
+        bounded = _text_bound(pf.metadata, text_leaves) <= MAX_EPISODES_BYTES
+        if not bounded:  # strings stay dictionary-encoded until their decoded size is known to fit (the
+            # footer, tens of KB per row group of LeRobot's stats columns, is parsed once)
+            pf = _parquet(raw, read_dictionary=[pf.schema.column(j).path for j in text_leaves], metadata=pf.metadata)
         table = _read_columns(pf, raw, needed)
-        decoded = sum(_decoded_bytes(chunk) for column in table.columns for chunk in column.chunks)
+        decoded = table.nbytes if bounded else sum(_decoded_bytes(chunk) for column in table.columns
+                                                    for chunk in column.chunks)
         if decoded > MAX_EPISODES_BYTES:
             raise LeRobotImportError("limit", f"the columns the import reads from the episodes file take {decoded:,} "
                                      "bytes once decompressed and decoded (their strings repeat a dictionary's), "
@@ -256,6 +258,21 @@ def _read_table(raw: bytes | BinaryIO, needed: list[str], file: str) -> pa.Table
     except (pa.ArrowException, OSError, ValueError) as ex:
         raise LeRobotImportError("episodes_file", f"the episodes file is not readable Parquet: {ex}",
                                  file=file) from None
+
+
+def _text_bound(md: pq.FileMetaData, text_leaves: Sequence[int]) -> int:
+    """At most how many bytes the string columns `text_leaves` take once decoded, from the footer alone: no
+    value is longer than its column chunk's uncompressed pages, where its bytes are (plain, in the
+    dictionary page, or as the prefixes and suffixes of a delta encoding), so a chunk decodes to at most
+    its values times that size. LeRobot's task strings are far inside any limit by this bound; a chunk
+    whose dictionary repeats a long string in every row is not, and is then read dictionary-encoded."""
+    total = 0
+    for g in range(md.num_row_groups):
+        group = md.row_group(g)
+        for j in text_leaves:
+            chunk = group.column(j)
+            total += max(0, chunk.num_values) * (max(0, chunk.total_uncompressed_size) + 8)
+    return total
 
 
 def _check_footer_size(raw: bytes | BinaryIO, file: str) -> None:
