@@ -384,7 +384,7 @@ def _keep_committed(root: str, out: str, options: dict, run_id: str, signal_name
                         note=f"interrupted by {signal_name} at {sink.now_iso()}: the {files} episodes files it had "
                              "committed are recorded; the next run imports the rest")
     doc["finished_at"] = sink.now_iso()
-    storage.write_atomic(storage.join(out, paths.MANIFEST), (json.dumps(doc, indent=2, sort_keys=True) + "\n").encode())
+    storage.write_atomic(storage.join(out, paths.MANIFEST), sink.manifest_bytes(doc))
     journal.clear(out, uris)
     return files
 

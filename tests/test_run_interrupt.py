@@ -221,6 +221,23 @@ def test_part_records_and_claims_are_never_folded(tmp_path):
     assert not (tmp_path / "out" / ".journal").exists()
 
 
+def test_the_manifest_an_interrupted_run_writes_is_redacted(tmp_path, monkeypatch):
+    """The manifest a stopped run writes from its journal passes the output's one redaction, as the
+    finished run's does: a token that ended up in a dataset's own strings is written as ***."""
+    from pipelines import import_lerobot
+    from transforms.episode import journal
+
+    token = "hf_abcdefgh12345678"
+    monkeypatch.setenv("HF_TOKEN", token)
+    out, options = f"file://{tmp_path}/out", {"one_part": False}
+    journal.record_file(out, run_id="r", options=options, episodes_file="meta/episodes/chunk-000/file-000.parquet",
+                        entry={"status": "imported", "parts": ["episodes/chunk-000/file-000.parquet"]})
+    assert import_lerobot._keep_committed(f"hf://datasets/o/n?token={token}", out, options, "r", "SIGINT") == 1
+    text = (tmp_path / "out" / "manifest.json").read_text()
+    assert token not in text and '"dataset": "hf://datasets/o/n?token=***"' in text
+    assert json.loads(text)["episodes_files"]["meta/episodes/chunk-000/file-000.parquet"]["status"] == "imported"
+
+
 def test_a_killed_run_leaves_its_journal_and_the_next_run_imports_only_the_rest(dataset, references, tmp_path,
                                                                                  capsys):
     """SIGKILL: no cleanup at all. The next run takes the dead run's lease over, folds its journal (the

@@ -518,7 +518,7 @@ class _DatasetWriter(beam.DoFn):
         # the dataset's own strings in the manifest too).
         rows = sink.errors_jsonl(failures).decode()
         with stopping.output_work():
-            manifest = redact(json.dumps(doc, indent=2, sort_keys=True) + "\n", shapes=False).encode()
+            manifest = sink.manifest_bytes(doc)
             # Both files are written under temporary names first and moved into place only when both are
             # whole: a disk that fills meanwhile leaves the last run's pair as it was, never a new
             # errors.jsonl beside an old manifest (or a half-written manifest).

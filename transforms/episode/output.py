@@ -24,7 +24,7 @@ from transforms.episode.outcomes import FileOutcome, PartFile, PartResult, faile
 from transforms.episode.quirks import WarningRecord
 from transforms.lerobot.info import DatasetInfo
 from transforms.lerobot.episodes_files import EpisodeRow
-from transforms.errors import FailureRecord, LeRobotImportError
+from transforms.errors import FailureRecord, LeRobotImportError, redact
 
 TOOL_NAME = "lerobot-beam-import"
 # Row groups of at most this many episodes keep a reader's fetches small.
@@ -158,6 +158,12 @@ def errors_jsonl(failures: Iterable[FailureRecord]) -> bytes:
     """errors.jsonl: one JSON object per failure, in a stable order."""
     rows = sorted(failures, key=FailureRecord.sort_key)
     return "".join(json.dumps(f.to_json_dict(), sort_keys=True) + "\n" for f in rows).encode()
+
+
+def manifest_bytes(doc: Mapping) -> bytes:
+    """manifest.json's bytes, through the one redaction every text of the output passes (the dataset's own
+    strings and the notes included; without `shapes`: a file may be named like anything)."""
+    return redact(json.dumps(doc, indent=2, sort_keys=True) + "\n", shapes=False).encode()
 
 
 def file_entry(o: FileOutcome, source: Optional[Mapping], run_id: str) -> dict:
