@@ -73,6 +73,8 @@ LANGUAGE_FIELDS = ("language_persistent", "language_events")
 MESSAGE_KEYS = ("messages", "message_streams", "target_message_indices")
 #: What `camera_dtype` may be: LeRobot's float32 in [0, 1], or the decoder's uint8.
 CAMERA_DTYPES = ("float32", "uint8")
+#: The divisor of LeRobot's uint8 -> float32 conversion, as a float32 (so numpy divides in float32).
+_255 = np.float32(255)
 #: Bytes of episode row groups (their frame columns as numpy and Arrow) kept per process.
 ROW_GROUP_BYTES = 256 << 20
 
@@ -245,6 +247,8 @@ class _Prepared:
     # camera -> decode index of each frame's picture in its file; None: some frame has no picture
     # within the tolerance, so frames are located one item at a time (each item's own error)
     samples: dict[str, Optional[np.ndarray]] = dataclasses.field(default_factory=dict)
+    # camera -> (its handle, each frame's decode index and decode closure start), both None as in `samples`
+    located: dict[str, tuple] = dataclasses.field(default_factory=dict)
     tasks: Optional[list[Optional[str]]] = None
     rendered: Optional[list] = None
 
@@ -634,6 +638,16 @@ class ImportedFrames(_Dataset):
                 prep.samples[camera] = None
         return prep.samples[camera]
 
+    def _located(self, prep: _Prepared, camera: str) -> tuple:
+        """`camera`'s handle on the episode, each frame's decode index and each frame's decode closure start,
+        found once per episode and camera (an item then indexes them)."""
+        found = prep.located.get(camera)
+        if found is None:
+            h = self._handle(prep, camera)
+            samples = self._samples(prep, camera)
+            found = prep.located[camera] = (h, samples, None if samples is None else closure_starts(h.track, samples))
+        return found
+
     # -- tasks and language ---------------------------------------------------------------------
 
     def _tasks(self) -> Optional[dict[int, str]]:
@@ -701,27 +715,40 @@ class ImportedFrames(_Dataset):
     def _where(self, i: int, prep: _Prepared, pos: int) -> str:
         return f"item {i} (episode {prep.episode_index}, frame {pos}) of the import at {self.root}"
 
-    def _camera(self, prep: _Prepared, camera: str, rows: np.ndarray, where: str):
-        """The pictures of frames `rows` of the episode from `camera`: float32 N x C x H x W in [0, 1]."""
+    def _camera(self, prep: _Prepared, camera: str, rows: Any, where: str):
+        """The pictures of frames `rows` of the episode from `camera`: float32 N x C x H x W in [0, 1] (C x H x W
+        when `rows` is one frame number, not an array)."""
         torch = _torch()
+        one = isinstance(rows, int)
         try:
-            h = self._handle(prep, camera)
-            samples = self._samples(prep, camera)
-            samples = samples[rows] if samples is not None else \
-                h.track.order[h.locate(prep.timestamps[rows].astype(np.float64))]
-            frames = self._gops.frames(h.uri, h.track, samples)
+            h, samples, firsts = self._located(prep, camera)
+            if samples is None:  # some frame has no picture: locate these alone (their own error, if any)
+                samples = h.track.order[h.locate(prep.timestamps[np.atleast_1d(rows)].astype(np.float64))]
+                frames = self._gops.frames(h.uri, h.track, samples)
+            elif one:
+                frames = [self._gops.frame(h.uri, h.track, int(samples[rows]), int(firsts[rows]))]
+            else:
+                frames = self._gops.frames(h.uri, h.track, samples[rows], firsts[rows])
         except ReaderError as ex:
             raise FramesError(f"{where}, camera {camera}: {ex}") from None
+        first = frames[0]
         if self.camera_dtype == "uint8":  # a copy: the frames are the cache's
+            if one:
+                return torch.from_numpy(first.copy()).permute(2, 0, 1)
             return torch.from_numpy(np.stack(frames)).permute(0, 3, 1, 2)
         # uint8 -> float32 / 255 as LeRobot computes it (the same IEEE division, so the same bits), in the
         # decoder's channels-last memory order, then viewed channels-first: converting the channels-first
         # view instead walks memory with a stride of 3 (8x slower for a 320x240 frame), and making the tensor
         # contiguous C x H x W (as LeRobot's decoders hand it over) would cost a transposing copy, about as
         # much again as the decode of a small frame. The values, dtype and shape are LeRobot's; only the
-        # strides differ, and `default_collate` stacks items into a contiguous batch.
-        pixels = torch.from_numpy(frames[0][None] if len(frames) == 1 else np.stack(frames))
-        return pixels.to(torch.float32).div_(255).permute(0, 3, 1, 2)
+        # strides differ, and `default_collate` stacks items into a contiguous batch. numpy divides straight
+        # into the item's tensor, one pass over each frame (casting in cache-sized blocks) where a cast to
+        # float32 and then a division would walk the float32 frame twice.
+        out = torch.empty((len(frames), *first.shape), dtype=torch.float32)
+        dst = out.numpy()
+        for k, frame in enumerate(frames):
+            np.divide(frame, _255, out=dst[k])
+        return out[0].permute(2, 0, 1) if one else out.permute(0, 3, 1, 2)
 
     def __getitem__(self, i: int) -> dict:
         """The LeRobot item of item position `i` (see the module docstring).
@@ -757,9 +784,9 @@ class ImportedFrames(_Dataset):
             at = pos + np.asarray(d, np.int64)
             item[f"{key}_is_pad"] = torch.from_numpy((at < 0) | (at >= n))
         for cam in self.cameras:
-            rows = np.clip(pos + np.asarray(deltas[cam]), 0, n - 1) if cam in deltas else np.array([pos])
+            rows = np.clip(pos + np.asarray(deltas[cam]), 0, n - 1) if cam in deltas else pos
             frames = self._camera(prep, cam, rows, where)
-            item[cam] = frames.squeeze(0)
+            item[cam] = frames.squeeze(0) if cam in deltas else frames
         if self.image_transforms is not None:
             for cam in self.camera_keys:
                 if cam in item:

@@ -32,6 +32,7 @@ import collections
 import dataclasses
 import os
 import threading
+import weakref
 from fractions import Fraction
 from typing import Any, Optional
 
@@ -72,18 +73,29 @@ def _yuv_bytes(frame: Any) -> int:
 
 @dataclasses.dataclass
 class _Fetched:
-    """The bytes of samples `lo..hi` of a file, as read: sample `s` is `runs[run[s - lo]]` from `at[s - lo]`."""
+    """The bytes of samples `lo..hi` of a file, as read: sample `s` is `runs[run[s - lo]]` from `at[s - lo]`
+    (Python lists: a packet is cut out per sample, where a numpy scalar costs more than the slice)."""
 
     lo: int
     hi: int
     runs: list
-    run: np.ndarray
-    at: np.ndarray
+    run: list
+    at: list
+    sizes: list
 
-    def packet_bytes(self, s: int, size: int) -> memoryview:
+    def packet_bytes(self, s: int) -> memoryview:
         k = s - self.lo
-        a = int(self.at[k])
-        return self.runs[int(self.run[k])][a:a + size]
+        a = self.at[k]
+        return self.runs[self.run[k]][a:a + self.sizes[k]]
+
+
+@dataclasses.dataclass(eq=False)
+class _TrackInfo:
+    """What every stream of one file's track shares, worked out once per track and process."""
+
+    time_base: Fraction
+    config: tuple                   # the decoder configuration (codec, extradata)
+    frame_bytes: int = 0            # bytes of one decoded (YUV) frame, once one is decoded
 
 
 @dataclasses.dataclass
@@ -92,6 +104,7 @@ class _Stream:
 
     uri: str
     track: TrackTables
+    info: _TrackInfo
     first: int
     last: int                       # the last sample whose bytes are fetched
     parts: list                     # _Fetched, one per batch of range reads, in sample order
@@ -100,7 +113,6 @@ class _Stream:
     # sample -> its frame: an av.VideoFrame as decoded, replaced by its RGB array once asked for
     frames: dict[int, Any] = dataclasses.field(default_factory=dict)
     nbytes: int = 0                 # bytes of `frames`
-    frame_bytes: int = 0            # bytes of one decoded (YUV) frame
     by_pts: dict[int, int] = dataclasses.field(default_factory=dict)  # pts -> sample, of samples fetched
 
 
@@ -133,6 +145,7 @@ class GopCache:
         self._lock = threading.RLock()
         self._reformatters: dict[tuple, Any] = {}
         self._idle: list[tuple[tuple, Any]] = []   # (codec configuration, idle codec context)
+        self._tracks: "weakref.WeakKeyDictionary[TrackTables, _TrackInfo]" = weakref.WeakKeyDictionary()
         #: Codec contexts created, and idle ones reused (flushed) for a new stream.
         self.decoders_created = 0
         self.decoders_reused = 0
@@ -150,6 +163,7 @@ class GopCache:
             self._files.clear()
             self._reformatters.clear()
             self._idle = []
+            self._tracks = weakref.WeakKeyDictionary()
             self.stats = storage.ReadCounter()
             self.streams_started = self.samples_decoded = 0
             self.decoders_created = self.decoders_reused = 0
@@ -183,28 +197,42 @@ class GopCache:
 
     # -- frames ----------------------------------------------------------------------------------
 
-    def frames(self, uri: str, track: TrackTables, samples: np.ndarray) -> list[np.ndarray]:
+    def frames(self, uri: str, track: TrackTables, samples: np.ndarray,
+               firsts: Optional[np.ndarray] = None) -> list[np.ndarray]:
         """The RGB frames (H x W x 3 uint8) of decode indices `samples` of the file `uri`.
 
         Args:
             uri: the video file.
             track: its tables (from its MediaIndex).
             samples: decode indices.
+            firsts: each sample's decode closure start (`TrackTables.closure_start`), when the caller has
+                them at hand (found for a whole episode at once); worked out here otherwise.
         Returns:
             One frame per sample, in the order asked (the arrays are the cache's: do not modify them).
         Raises:
             ReaderError: the bytes cannot be read or do not decode to the frames the index promises.
         """
-        self._check_process()
+        if self._pid != os.getpid():
+            self._check_process()
         with self._lock:
-            wanted = np.asarray(samples, np.int64)
+            wanted = np.asarray(samples, np.int64).tolist()
+            starts = [track.closure_start(s) for s in wanted] if firsts is None else \
+                np.asarray(firsts, np.int64).tolist()
+            if len(wanted) == 1:
+                return [self._sample_frame(uri, track, wanted[0], starts[0], wanted[0])]
             # the last sample asked of each decode closure: a new stream fetches the bytes of all the frames
             # asked of it in one batch of reads (a window of frames in one GOP is one request, not one each)
-            firsts = [track.closure_start(s) for s in wanted.tolist()]
             upto: dict[int, int] = {}
-            for f, s in zip(firsts, wanted.tolist()):
+            for f, s in zip(starts, wanted):
                 upto[f] = max(upto.get(f, s), s)
-            return [self._sample_frame(uri, track, s, f, upto[f]) for s, f in zip(wanted.tolist(), firsts)]
+            return [self._sample_frame(uri, track, s, f, upto[f]) for s, f in zip(wanted, starts)]
+
+    def frame(self, uri: str, track: TrackTables, sample: int, first: int) -> np.ndarray:
+        """`frames(uri, track, [sample], [first])[0]`: one frame, its closure start known (a random read)."""
+        if self._pid != os.getpid():
+            self._check_process()
+        with self._lock:
+            return self._sample_frame(uri, track, sample, first, sample)
 
     def _sample_frame(self, uri: str, track: TrackTables, s: int, first: int, upto: int) -> np.ndarray:
         key = (uri, first)
@@ -229,13 +257,16 @@ class GopCache:
 
     # -- decoders --------------------------------------------------------------------------------
 
-    @staticmethod
-    def _config(track: TrackTables) -> tuple:
-        return (track.codec, bytes(track.extradata or b""))
+    def _info(self, track: TrackTables) -> _TrackInfo:
+        info = self._tracks.get(track)
+        if info is None:
+            info = self._tracks[track] = _TrackInfo(Fraction(1, track.timescale),
+                                                   (track.codec, bytes(track.extradata or b"")))
+        return info
 
-    def _decoder(self, track: TrackTables) -> Any:
-        """A codec context for a new stream of `track`: an idle one of the same configuration, flushed, or a new one."""
-        config = self._config(track)
+    def _decoder(self, stream: _Stream) -> Any:
+        """A codec context for a new stream: an idle one of the same configuration, flushed, or a new one."""
+        config = stream.info.config
         for k, (c, ctx) in enumerate(self._idle):
             if c == config:
                 del self._idle[k]
@@ -243,17 +274,17 @@ class GopCache:
                 self.decoders_reused += 1
                 return ctx
         self.decoders_created += 1
-        return _codec_context(track, self.threads)
+        return _codec_context(stream.track, self.threads)
 
-    def _park(self, track: TrackTables, ctx: Any) -> None:
+    def _park(self, stream: _Stream, ctx: Any) -> None:
         """Keep a decoder no stream needs any more for the next stream (the oldest idle one goes)."""
-        self._idle.append((self._config(track), ctx))
+        self._idle.append((stream.info.config, ctx))
         del self._idle[:-IDLE_DECODERS]
 
     def _retire(self, stream: _Stream) -> None:
         """A stream leaves the cache: its decoder goes idle, and the stream can no longer be resumed."""
         if stream.ctx is not None:
-            self._park(stream.track, stream.ctx)
+            self._park(stream, stream.ctx)
             stream.ctx = None
 
     def _trim(self, keep: tuple) -> None:
@@ -269,7 +300,7 @@ class GopCache:
 
     def _start(self, uri: str, track: TrackTables, first: int) -> _Stream:
         self.streams_started += 1
-        return _Stream(uri=uri, track=track, first=first, last=first - 1, parts=[], fed=first)
+        return _Stream(uri=uri, track=track, info=self._info(track), first=first, last=first - 1, parts=[], fed=first)
 
     def _fetch(self, stream: _Stream, last: int) -> None:
         """Read the bytes of samples `stream.last + 1 .. last` in one batch of range reads."""
@@ -277,17 +308,22 @@ class GopCache:
         lo = stream.last + 1
         if last < lo:
             return
-        off = tr.offset[lo:last + 1]
-        end = off + tr.size[lo:last + 1]
-        breaks = np.flatnonzero(off[1:] != end[:-1]) + 1
-        starts = off[np.concatenate(([0], breaks))]
-        ends = end[np.concatenate((breaks - 1, [len(off) - 1]))]
+        off = tr.offset[lo:last + 1].tolist()
+        size = tr.size[lo:last + 1].tolist()
+        # byte-contiguous runs of samples, one read each (a camera's samples follow each other in its MP4)
+        starts, ends, run, at = [off[0]], [], [0] * len(off), [0] * len(off)
+        for k in range(1, len(off)):
+            if off[k] != off[k - 1] + size[k - 1]:
+                ends.append(off[k - 1] + size[k - 1])
+                starts.append(off[k])
+            run[k] = len(starts) - 1
+            at[k] = off[k] - starts[-1]
+        ends.append(off[-1] + size[-1])
         try:
-            runs = self.open_file(stream.uri).read_ranges(starts.tolist(), ends.tolist())
+            runs = self.open_file(stream.uri).read_ranges(starts, ends)
         except LeRobotImportError as ex:
             raise ReaderError(f"cannot read video file {stream.uri}: {ex.message}") from None
-        run_of = np.searchsorted(starts, off, side="right") - 1
-        stream.parts.append(_Fetched(lo, last, [memoryview(r) for r in runs], run_of, off - starts[run_of]))
+        stream.parts.append(_Fetched(lo, last, [memoryview(r) for r in runs], run, at, size))
         stream.by_pts.update(zip(tr.pts[lo:last + 1].tolist(), range(lo, last + 1)))
         stream.last = last
 
@@ -308,7 +344,7 @@ class GopCache:
         if found is None or isinstance(found, np.ndarray):
             return found
         rgb = stream.frames[sample] = self._rgb(found)
-        stream.nbytes += rgb.nbytes - stream.frame_bytes
+        stream.nbytes += rgb.nbytes - stream.info.frame_bytes
         return rgb
 
     def _frame(self, stream: _Stream, sample: int, upto: Optional[int] = None) -> np.ndarray:
@@ -334,8 +370,9 @@ class GopCache:
             self._fetch(stream, max(sample, upto or sample) if stream.last < stream.first else
                         max(sample, gop_end(tr, stream.last)))
         if stream.ctx is None and stream.fed == stream.first:
-            stream.ctx = self._decoder(tr)
-        time_base = Fraction(1, tr.timescale)
+            stream.ctx = self._decoder(stream)
+        info = stream.info
+        time_base = info.time_base
         by_pts = stream.by_pts
 
         def take(decoded) -> None:
@@ -343,9 +380,9 @@ class GopCache:
                 s = by_pts.get(fr.pts)
                 if s is not None and s not in stream.frames:
                     stream.frames[s] = fr
-                    if not stream.frame_bytes:
-                        stream.frame_bytes = _yuv_bytes(fr)  # the same for every frame of a stream
-                    stream.nbytes += stream.frame_bytes
+                    if not info.frame_bytes:
+                        info.frame_bytes = _yuv_bytes(fr)  # the same for every frame of a track
+                    stream.nbytes += info.frame_bytes
 
         try:
             while sample not in stream.frames and stream.ctx is not None:
@@ -355,7 +392,7 @@ class GopCache:
                     if s > part.hi:  # every sample of the oldest batch is fed: drop its bytes
                         stream.parts.pop(0)
                         part = stream.parts[0]
-                    pkt = av.Packet(part.packet_bytes(s, int(tr.size[s])))
+                    pkt = av.Packet(part.packet_bytes(s))
                     pkt.pts, pkt.dts, pkt.time_base = int(tr.pts[s]), int(tr.dts[s]), time_base
                     if tr.sync[s]:
                         pkt.is_keyframe = True
@@ -367,7 +404,7 @@ class GopCache:
                     self._fetch(stream, gop_end(tr, stream.last))
                 else:  # every sample of the GOP is in: drain the decoder's delayed frames
                     take(stream.ctx.decode(None))
-                    self._park(tr, stream.ctx)  # drained: it holds nothing more of this stream
+                    self._park(stream, stream.ctx)  # drained: it holds nothing more of this stream
                     stream.ctx = None
         except av.error.FFmpegError as ex:
             stream.ctx = None  # not reused: a failed decoder's state is not trusted
