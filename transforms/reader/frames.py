@@ -40,6 +40,7 @@ from __future__ import annotations
 
 import bisect
 import collections
+import concurrent.futures
 import dataclasses
 import io
 import json
@@ -340,6 +341,9 @@ class ImportedFrames(_Dataset):
         dataset_root: where the dataset is now, when it moved after the import (see `ImportReader`); its
             meta/ files are read there too.
         cache_gops: decode streams (about a GOP of one camera each) kept per process.
+        decode_threads: threads that decode an item's cameras at the same time (one camera each); None: one
+            per camera up to the CPUs this process may use, in the process that made the dataset, and 1 in a
+            DataLoader worker (the loader's processes already keep the CPUs busy).
         camera_dtype: "float32" (LeRobot's: C x H x W in [0, 1]) or "uint8" (the decoded 0..255 values, a
             quarter of the bytes through the DataLoader; `batch.float().div_(255)` on the training device
             gives LeRobot's tensor bit for bit).
@@ -353,8 +357,13 @@ class ImportedFrames(_Dataset):
                  episodes: Optional[Sequence[int]] = None, image_transforms: Optional[Callable] = None,
                  recipe: Any = None, tolerance_s: float = DEFAULT_TOLERANCE,
                  allowed_roots: Optional[Sequence[str]] = None, cache_gops: int = 8,
-                 camera_dtype: str = "float32", dataset_root: Optional[str] = None) -> None:
+                 camera_dtype: str = "float32", dataset_root: Optional[str] = None,
+                 decode_threads: Optional[int] = None) -> None:
         _torch()
+        if decode_threads is not None and not (isinstance(decode_threads, int) and decode_threads >= 1):
+            raise FramesError(f"decode_threads={decode_threads!r:.100} is not a whole number >= 1 (or None: one "
+                              "per camera in the main process)")
+        self.decode_threads = decode_threads
         if camera_dtype not in CAMERA_DTYPES:
             raise FramesError(f"camera_dtype={camera_dtype!r} is not one of {', '.join(map(repr, CAMERA_DTYPES))}")
         self.camera_dtype = camera_dtype
@@ -398,6 +407,7 @@ class ImportedFrames(_Dataset):
         self._import_reader: Optional[ImportReader] = None
         self._groups_cache: collections.OrderedDict = collections.OrderedDict()
         self._lock = threading.RLock()
+        self._pool: Optional[concurrent.futures.ThreadPoolExecutor] = None
 
     def _check_process(self) -> None:
         if self._pid != os.getpid():
@@ -479,7 +489,7 @@ class ImportedFrames(_Dataset):
 
     def __getstate__(self) -> dict:
         state = dict(self.__dict__)
-        for key in ("_import_reader", "_groups_cache", "_lock", "_pid"):
+        for key in ("_import_reader", "_groups_cache", "_lock", "_pid", "_pool"):
             state.pop(key, None)
         return state
 
@@ -750,6 +760,42 @@ class ImportedFrames(_Dataset):
             np.divide(frame, _255, out=dst[k])
         return out[0].permute(2, 0, 1) if one else out.permute(0, 3, 1, 2)
 
+    def _threads(self) -> int:
+        if self.decode_threads is not None:
+            return self.decode_threads
+        from torch.utils.data import get_worker_info
+        if get_worker_info() is not None:
+            return 1
+        try:
+            cpus = len(os.sched_getaffinity(0))
+        except (AttributeError, OSError):  # not on Linux
+            cpus = os.cpu_count() or 1
+        return min(len(self.cameras), cpus)
+
+    def _cameras(self, prep: _Prepared, rows: dict, where: str) -> list:
+        """`_camera` of every camera, in order: the first in this thread, the others in the pool's threads at
+        the same time when there are threads to spare (decoding is most of an item's work, and PyAV decodes
+        without the GIL)."""
+        threads = self._threads() if len(self.cameras) > 1 else 1
+        if threads <= 1:
+            return [self._camera(prep, cam, rows[cam], where) for cam in self.cameras]
+        for cam in self.cameras:  # the files' tables read here, once: the pool's threads only decode
+            try:
+                self._located(prep, cam)
+            except ReaderError:
+                pass  # raised again, as this camera's error, by its `_camera`
+        if self._pool is None or self._pool._max_workers != threads - 1:
+            self._pool = concurrent.futures.ThreadPoolExecutor(threads - 1, thread_name_prefix="ImportedFrames")
+        later = [self._pool.submit(self._camera, prep, cam, rows[cam], where) for cam in self.cameras[1:]]
+        try:
+            first = self._camera(prep, self.cameras[0], rows[self.cameras[0]], where)
+        finally:
+            done = [f.exception() for f in later]  # every thread done with this item before it is returned
+        for f, error in zip(later, done):
+            if error is not None:
+                raise error
+        return [first] + [f.result() for f in later]
+
     def __getitem__(self, i: int) -> dict:
         """The LeRobot item of item position `i` (see the module docstring).
 
@@ -783,10 +829,11 @@ class ImportedFrames(_Dataset):
         for key, d in deltas.items():
             at = pos + np.asarray(d, np.int64)
             item[f"{key}_is_pad"] = torch.from_numpy((at < 0) | (at >= n))
-        for cam in self.cameras:
-            rows = np.clip(pos + np.asarray(deltas[cam]), 0, n - 1) if cam in deltas else pos
-            frames = self._camera(prep, cam, rows, where)
-            item[cam] = frames.squeeze(0) if cam in deltas else frames
+        if self.cameras:
+            rows = {cam: np.clip(pos + np.asarray(deltas[cam]), 0, n - 1) if cam in deltas else pos
+                    for cam in self.cameras}
+            for cam, frames in zip(self.cameras, self._cameras(prep, rows, where)):
+                item[cam] = frames.squeeze(0) if cam in deltas else frames
         if self.image_transforms is not None:
             for cam in self.camera_keys:
                 if cam in item:

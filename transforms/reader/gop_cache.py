@@ -18,6 +18,10 @@ all it was fed, the decoder goes to a small pool of idle ones; the next stream o
 same codec and configuration takes it and flushes it (`flush_buffers`, which forgets every picture
 it holds) instead of creating one.
 
+Threads may share a cache: its state is behind one lock, which a stream lets go of while its decoder
+decodes (PyAV releases the GIL there), so streams of different files (the cameras of one item) decode
+at the same time on different cores; a stream being decoded is busy, and a second request for it waits.
+
 It also keeps the open range readers of the video files (one per file, reused by every stream) and
 counts the bytes they fetch. A local file is read with `os.pread` on one descriptor kept open: a
 random item reads a few KB per camera, and fsspec's local `cat_file` opens, seeks and closes the file
@@ -114,6 +118,8 @@ class _Stream:
     frames: dict[int, Any] = dataclasses.field(default_factory=dict)
     nbytes: int = 0                 # bytes of `frames`
     by_pts: dict[int, int] = dataclasses.field(default_factory=dict)  # pts -> sample, of samples fetched
+    busy: bool = False              # a thread is decoding with `ctx`, the cache's lock released
+    retired: bool = False           # dropped from the cache while busy: its decoder goes idle once it is done
 
 
 class GopCache:
@@ -142,7 +148,11 @@ class GopCache:
         self._pid = os.getpid()
         self._streams: collections.OrderedDict = collections.OrderedDict()
         self._files: collections.OrderedDict = collections.OrderedDict()
-        self._lock = threading.RLock()
+        # one lock over the cache's state, released while a decoder decodes (PyAV lets go of the GIL then, so
+        # another thread's stream, e.g. another camera of the same item, decodes meanwhile); `_turn` says
+        # when a busy stream is free again
+        self._lock = threading.Lock()
+        self._turn = threading.Condition(self._lock)
         self._reformatters: dict[tuple, Any] = {}
         self._idle: list[tuple[tuple, Any]] = []   # (codec configuration, idle codec context)
         self._tracks: "weakref.WeakKeyDictionary[TrackTables, _TrackInfo]" = weakref.WeakKeyDictionary()
@@ -156,7 +166,8 @@ class GopCache:
         """Drop what a parent process left: its readers' connections and decoders are not ours."""
         if self._pid != os.getpid():
             self._pid = os.getpid()
-            self._lock = threading.RLock()
+            self._lock = threading.Lock()
+            self._turn = threading.Condition(self._lock)
             self._streams.clear()
             for reader in self._files.values():  # this process's copies of the parent's descriptors
                 _close(reader)
@@ -237,6 +248,9 @@ class GopCache:
     def _sample_frame(self, uri: str, track: TrackTables, s: int, first: int, upto: int) -> np.ndarray:
         key = (uri, first)
         stream = self._streams.get(key)
+        while stream is not None and stream.busy:  # another thread is decoding it: wait for its turn to end
+            self._turn.wait()
+            stream = self._streams.get(key)
         if stream is None:
             stream = self._start(uri, track, first)
             if self.max_gops:
@@ -250,7 +264,7 @@ class GopCache:
         except ReaderError:
             self._streams.pop(key, None)  # a failed stream is not kept: the next request tries afresh
             raise
-        if not self.max_gops:
+        if not self.max_gops or stream.retired:
             self._retire(stream)
         self._trim(key)
         return frame
@@ -282,8 +296,11 @@ class GopCache:
         del self._idle[:-IDLE_DECODERS]
 
     def _retire(self, stream: _Stream) -> None:
-        """A stream leaves the cache: its decoder goes idle, and the stream can no longer be resumed."""
-        if stream.ctx is not None:
+        """A stream leaves the cache: its decoder goes idle, and the stream can no longer be resumed (a busy
+        stream's decoder once its thread is done with it)."""
+        if stream.busy:
+            stream.retired = True
+        elif stream.ctx is not None:
             self._park(stream, stream.ctx)
             stream.ctx = None
 
@@ -326,6 +343,19 @@ class GopCache:
         stream.parts.append(_Fetched(lo, last, [memoryview(r) for r in runs], run, at, size))
         stream.by_pts.update(zip(tr.pts[lo:last + 1].tolist(), range(lo, last + 1)))
         stream.last = last
+
+    def _decode(self, stream: _Stream, pkt: Any) -> list:
+        """`stream.ctx.decode(pkt)` with the cache's lock released (held again on return): the stream is busy
+        meanwhile, so no other thread resumes it or hands its decoder to another stream."""
+        ctx = stream.ctx
+        stream.busy = True
+        self._lock.release()
+        try:
+            return ctx.decode(pkt)
+        finally:
+            self._lock.acquire()
+            stream.busy = False
+            self._turn.notify_all()
 
     def _rgb(self, frame: Any) -> np.ndarray:
         """The frame as RGB24 H x W x 3. One converter per frame geometry: a frame's own
@@ -398,12 +428,12 @@ class GopCache:
                         pkt.is_keyframe = True
                     stream.fed += 1
                     self.samples_decoded += 1
-                    take(stream.ctx.decode(pkt))
+                    take(self._decode(stream, pkt))
                 elif stream.last < gop_end(tr, stream.last):
                     # the decoder holds the frame back (it reorders): read the rest of the GOP
                     self._fetch(stream, gop_end(tr, stream.last))
                 else:  # every sample of the GOP is in: drain the decoder's delayed frames
-                    take(stream.ctx.decode(None))
+                    take(self._decode(stream, None))
                     self._park(stream, stream.ctx)  # drained: it holds nothing more of this stream
                     stream.ctx = None
         except av.error.FFmpegError as ex:
