@@ -85,14 +85,30 @@ def configure_logging(verbosity: int = 0, *, dataflow: bool = False) -> None:
             root.removeHandler(handler)
     handler = SharedTerminalHandler()
     handler.setFormatter(logging.Formatter(FORMAT))
+    chosen = levels(verbosity, dataflow=dataflow)
+    handler.addFilter(_LibraryOnRoot(chosen["apache_beam"]))
     root.addHandler(handler)
     logging.captureWarnings(True)
-    chosen = levels(verbosity, dataflow=dataflow)
     for name, level in chosen.items():
         logging.getLogger(name or None).setLevel(level)
     # Its retry lines reach the Hub reader's counter (a handler on that logger itself) at every verbosity,
     # and any terminal (ours, or the library's own handler) only where the libraries' level shows them.
     logging.getLogger(HUB_RETRIES).propagate = chosen["huggingface_hub"] <= logging.WARNING
+
+
+class _LibraryOnRoot(logging.Filter):
+    """Beam logs a few notices on the root logger rather than its own (at import, without its Google Cloud
+    libraries: "apitools not found, and bigquery client libraries are not available"): they are Beam's
+    lines all the same, shown only where Beam's own are."""
+
+    def __init__(self, level: int) -> None:
+        super().__init__()
+        self._level = level
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.name != "root" or "apache_beam" not in record.pathname.replace("\\", "/").split("/"):
+            return True
+        return record.levelno >= self._level
 
 
 def share_terminal(before: Callable[[], None], after: Callable[[], None]) -> None:

@@ -227,6 +227,10 @@ def runner_problem(options: PipelineOptions) -> Optional[str]:
         return f"--runner {runner}: {str(ex).splitlines()[0] if str(ex) else 'unknown runner'}"
     if name != "DataflowRunner":
         return None
+    import importlib.util
+    if importlib.util.find_spec("apitools") is None:  # Beam's Dataflow client, in apache-beam[gcp] only
+        return (f"--runner {runner} needs Beam's Google Cloud libraries, which this install leaves out: "
+                "pip install 'lerobot-beam-import[dataflow]' (or apache-beam[gcp])")
     cloud = options.view_as(GoogleCloudOptions)
     values = {"project": cloud.project, "region": cloud.region,
               "temp_location": cloud.temp_location or cloud.staging_location}

@@ -286,8 +286,14 @@ def run(argv: Optional[Sequence[str]] = None) -> int:
     except (RecipeError, LeRobotImportError) as ex:
         print(f"error: {ex}", file=sys.stderr)
         return 1
+    from pipelines.import_lerobot import runner_problem
+    beam_options = PipelineOptions(beam_args)
+    problem = runner_problem(beam_options)
+    if problem:  # before the lease: Beam would say it only once the pipeline is submitted, or wait instead
+        print(f"error: {problem}", file=sys.stderr)
+        return 1
     try:
-        result = _render_under_lease(opts, PipelineOptions(beam_args), recipe_text, tasks)
+        result = _render_under_lease(opts, beam_options, recipe_text, tasks)
     except LeaseHeld as ex:
         print(f"error: the output {ex.output} is leased by {ex.holder.describe()}: another render (or an import) is "
               "writing it; render again once it has finished (a lease of a run that died expires, and is then taken "

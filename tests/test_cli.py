@@ -340,6 +340,29 @@ def test_library_retries_are_counted_but_not_printed_after_the_command_set_up_lo
         console.configure_logging(0)
 
 
+def test_beams_notices_on_the_root_logger_show_only_where_beams_own_lines_do(capfd):
+    """Beam logs a notice on the root logger when imported without its Google Cloud libraries (the default
+    install): hidden by default like Beam's other warnings, shown with -v; the project's own root-logger
+    warnings still show."""
+    from pipelines import console
+
+    def from_beam(message: str) -> None:  # a record as Beam's module makes it
+        record = logging.LogRecord("root", logging.WARNING, "/site-packages/apache_beam/io/gcp/x.py", 1, message,
+                                   None, None)
+        logging.getLogger().handle(record)
+    try:
+        console.configure_logging(0)
+        capfd.readouterr()
+        from_beam("apitools not found, and bigquery client libraries are not available")
+        logging.warning("a root warning of the project's")
+        assert capfd.readouterr().err == "WARNING root: a root warning of the project's\n"
+        console.configure_logging(1)
+        from_beam("apitools not found")
+        assert capfd.readouterr().err == "WARNING root: apitools not found\n"
+    finally:
+        console.configure_logging(0)
+
+
 def test_hub_offline_mode_says_so_at_once():
     """HF_HUB_OFFLINE=1: one line naming it, rule hub_unreachable, no retry (it used to retry 5 times, ~17 s)."""
     code = ("from transforms import hub\n"

@@ -336,7 +336,7 @@ def test_dockerfile_pins_beam_and_the_launcher():
     assert copy_from == [["COPY", "--from=launcher", "/opt/google/dataflow/python_template_launcher",
                           "/opt/google/dataflow/python_template_launcher"]]
     install = next(" ".join(i) for i in instructions if i[0] == "RUN" and "pip install" in " ".join(i))
-    assert "pip install --no-cache-dir /template" in install and "pip check" in install
+    assert 'pip install --no-cache-dir "/template[dataflow]"' in install and "pip check" in install
 
 
 # --- the job Dataflow would receive, built offline ----------------------------------------------

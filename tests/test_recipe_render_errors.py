@@ -126,6 +126,23 @@ def test_render_command_clean_run_writes_empty_errors(tmp_path, capsys):
     assert "every frame rendered" in capsys.readouterr().out
 
 
+def test_render_on_dataflow_without_its_options_is_one_line_and_writes_nothing(tmp_path, capsys):
+    """`render --runner DataflowRunner` without project, region and temp_location: the import's one line,
+    before the render's lease or anything else is written."""
+    from pipelines.render_recipes import run
+    root = lerobot_dataset("language")
+    out = tmp_path / "out"
+    assert run_import(root, out) == 0
+    samples_dir = tmp_path / "samples"
+    capsys.readouterr()
+    assert run(["--recipe", str(root / "expected" / "recipes" / "subtask.yaml"), "--input", str(out),
+                "--output", str(samples_dir), "--runner", "DataflowRunner"]) == 1
+    assert capsys.readouterr().err == ("error: --runner DataflowRunner needs --project, --region, --temp_location "
+                                       "(e.g. --project PROJECT --region us-central1 --temp_location "
+                                       "gs://BUCKET/tmp)\n")
+    assert not samples_dir.exists()
+
+
 # ---------------------------------------------------------------------------------------------
 # The Beam transform on synthetic episodes
 

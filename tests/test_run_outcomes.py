@@ -130,6 +130,22 @@ def test_bulk_run_with_a_named_missing_root_fails_it_alone(tmp_path, capsys):
     assert not (out / "gone").exists() and (out / "so101_av1" / "manifest.json").exists()
 
 
+def test_dataflow_without_beams_cloud_libraries_names_the_extra_before_any_lease(tmp_path, monkeypatch):
+    """The default install leaves Beam's Google Cloud libraries out; asking for Dataflow then says how to get
+    them, in one line, before anything is written (Beam itself would wait, then fail deep inside)."""
+    import importlib.util
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "apitools" else real(name, *a))
+    out = tmp_path / "out"
+    with pytest.raises(SystemExit) as raised:
+        import_lerobot.main(["--dataset", str(SAMPLE), "--output", str(out), "--runner", "DataflowRunner",
+                             "--project", "p", "--region", "us-central1", "--temp_location", "gs://b/tmp"])
+    assert str(raised.value) == ("error: --runner DataflowRunner needs Beam's Google Cloud libraries, which this "
+                                 "install leaves out: pip install 'lerobot-beam-import[dataflow]' "
+                                 "(or apache-beam[gcp])")
+    assert not out.exists()
+
+
 def test_dataflow_without_its_options_is_one_line_before_any_lease(tmp_path):
     out = tmp_path / "out"
     with pytest.raises(SystemExit) as raised:
