@@ -408,6 +408,7 @@ class ImportedFrames(_Dataset):
         self._groups_cache: collections.OrderedDict = collections.OrderedDict()
         self._lock = threading.RLock()
         self._pool: Optional[concurrent.futures.ThreadPoolExecutor] = None
+        self._pool_size = 0
 
     def _check_process(self) -> None:
         if self._pid != os.getpid():
@@ -489,7 +490,7 @@ class ImportedFrames(_Dataset):
 
     def __getstate__(self) -> dict:
         state = dict(self.__dict__)
-        for key in ("_import_reader", "_groups_cache", "_lock", "_pid", "_pool"):
+        for key in ("_import_reader", "_groups_cache", "_lock", "_pid", "_pool", "_pool_size"):
             state.pop(key, None)
         return state
 
@@ -784,8 +785,11 @@ class ImportedFrames(_Dataset):
                 self._located(prep, cam)
             except ReaderError:
                 pass  # raised again, as this camera's error, by its `_camera`
-        if self._pool is None or self._pool._max_workers != threads - 1:
+        if self._pool is None or self._pool_size != threads - 1:
+            if self._pool is not None:
+                self._pool.shutdown(wait=False)
             self._pool = concurrent.futures.ThreadPoolExecutor(threads - 1, thread_name_prefix="ImportedFrames")
+            self._pool_size = threads - 1
         later = [self._pool.submit(self._camera, prep, cam, rows[cam], where) for cam in self.cameras[1:]]
         try:
             first = self._camera(prep, self.cameras[0], rows[self.cameras[0]], where)
