@@ -248,8 +248,8 @@ class _Prepared:
     # camera -> decode index of each frame's picture in its file; None: some frame has no picture
     # within the tolerance, so frames are located one item at a time (each item's own error)
     samples: dict[str, Optional[np.ndarray]] = dataclasses.field(default_factory=dict)
-    # camera -> (its handle, each frame's decode index and decode closure start), both None as in `samples`
-    located: dict[str, tuple] = dataclasses.field(default_factory=dict)
+    # camera -> each frame's decode closure start (a sample of `samples`), None as in `samples`
+    firsts: dict[str, Optional[np.ndarray]] = dataclasses.field(default_factory=dict)
     tasks: Optional[list[Optional[str]]] = None
     rendered: Optional[list] = None
 
@@ -652,12 +652,11 @@ class ImportedFrames(_Dataset):
     def _located(self, prep: _Prepared, camera: str) -> tuple:
         """`camera`'s handle on the episode, each frame's decode index and each frame's decode closure start,
         found once per episode and camera (an item then indexes them)."""
-        found = prep.located.get(camera)
-        if found is None:
-            h = self._handle(prep, camera)
-            samples = self._samples(prep, camera)
-            found = prep.located[camera] = (h, samples, None if samples is None else closure_starts(h.track, samples))
-        return found
+        h = self._handle(prep, camera)  # both cached on the episode
+        samples = self._samples(prep, camera)
+        if camera not in prep.firsts:
+            prep.firsts[camera] = None if samples is None else closure_starts(h.track, samples)
+        return h, samples, prep.firsts[camera]
 
     # -- tasks and language ---------------------------------------------------------------------
 
