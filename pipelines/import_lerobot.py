@@ -139,6 +139,10 @@ def run(argv: Optional[Sequence[str]] = None, *, wait: bool = True, verbosity: i
         raise SystemExit(f"error: {problem}")
     if is_dry_run(options):
         return dry_run(options, import_options)
+    from pipelines import progress
+    if progress.local_run(options):
+        from pipelines import local_runner
+        local_runner.tune_local_runner()
     from transforms import run_limits
     limits = limits_from_options(import_options)
     run_limits.install(limits)  # for the command's own reads too (pins, listings of its targets)
@@ -170,7 +174,6 @@ def run(argv: Optional[Sequence[str]] = None, *, wait: bool = True, verbosity: i
             return 1
         targets = config.targets
         config = dataclasses.replace(config, targets=tuple(keepers))
-        from pipelines import progress
         try:
             with progress.showing(verbosity >= 0 and progress.local_run(options)):
                 result = run_interruptibly(build_pipeline(options, config))
@@ -590,6 +593,8 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
     if argv is not None:
         cli.main(argv)
         return
+    from pipelines import local_runner
+    local_runner.keep_beam_local(sys.argv[1:])
     try:
         cli.main()
     except SystemExit as ex:

@@ -20,6 +20,8 @@ from concurrent import futures
 from typing import Iterable, Iterator, Optional, Sequence
 
 import apache_beam as beam
+from apache_beam.transforms.window import GlobalWindows
+from apache_beam.utils.windowed_value import WindowedValue
 
 from transforms import lease, progress, quality, run_limits, stopping, storage
 from transforms.episode import output as sink
@@ -139,14 +141,18 @@ class _WriteParts(beam.DoFn):
                 self._readers.popitem(last=False)[1].close()
         return self._readers[key]
 
+    def start_bundle(self) -> None:
+        self._pending: Optional[tuple[_Encoding, object]] = None  # a part being encoded, and its `facts`
+
     def process(self, element: tuple[tuple, Iterable[tuple[tuple, PartInputs]]], facts=None
                 ) -> Iterator[tuple[tuple[str, str], FileInputs]]:
         """The unit's parts in read order. A part's Parquet bytes are encoded on the encoder thread while
-        its frames are checked and the unit's next part is read, typed and checked here (pyarrow encodes
-        without holding the GIL, so the two share the worker's cores); each part is then stored and
-        committed here, in order."""
+        its frames are checked and the next part (of this unit, or of the bundle's next unit) is read,
+        typed and checked here (pyarrow encodes without holding the GIL, so the two share the worker's
+        cores); each part is then stored and committed here, in order. The bundle's last part is stored
+        when the bundle ends (`finish_bundle`): a unit of one part, the usual one, would otherwise wait
+        for its own encoding."""
         unit, parts = element
-        pending: Optional[_Encoding] = None
         for key, inputs in sorted(parts, key=lambda part: unit_order(unit, part)):
             try:
                 with self._piece(key):
@@ -154,15 +160,18 @@ class _WriteParts(beam.DoFn):
             except Exception:  # noqa: BLE001 - one part's unexpected failure fails that part alone, as the
                 # safety net would if the part were an element of its own
                 ready = _part_bug(key, inputs, sys.exc_info())
-            if pending is not None:
-                yield self._finish(pending, facts)
-                pending = None
+            if self._pending is not None:
+                pending, self._pending = self._pending, None
+                yield self._finish(*pending)
             if isinstance(ready, _Encoding):
-                pending = ready
+                self._pending = (ready, facts)
             else:
                 yield ready
-        if pending is not None:
-            yield self._finish(pending, facts)
+
+    def finish_bundle(self) -> Iterator[WindowedValue]:
+        if self._pending is not None:
+            pending, self._pending = self._pending, None
+            yield GlobalWindows.windowed_value(self._finish(*pending))  # `_finish` turns any failure into data
 
     def _piece(self, key: tuple[str, str, int]):
         root, rel, part = key
@@ -174,7 +183,7 @@ class _WriteParts(beam.DoFn):
         try:
             with self._piece(pending.key):
                 try:
-                    written = self._write(pending.header, pending.data.result(), pending.frames)
+                    written = self._write(pending.header, *pending.data.result(), pending.frames)
                 except LeRobotImportError as ex:  # a full disk, a read-only output: the part fails by that rule
                     written = _failed_part(pending.header, [error_record(ex, dataset=root, episodes_file=rel)])
                 else:
@@ -242,7 +251,7 @@ class _WriteParts(beam.DoFn):
                 errors = [ex.with_context(file=rel)]
         if errors:
             return (root, rel), _failed_part(header, [error_record(e, dataset=root, episodes_file=rel) for e in errors])
-        data = self._encoder.submit(sink.parquet_bytes, table)  # encoded while the frames are checked
+        data = self._encoder.submit(_encoded, table)  # encoded (and hashed) while the frames are checked
         del table
         findings = self._check(root, rel, info, header, frames, inputs.videos)
         n_frames = sum(len(f) for f in frames.values())
@@ -286,7 +295,7 @@ class _WriteParts(beam.DoFn):
         self._counters["data_read_requests"].inc(self._reads.requests - before[1])
         return frames, errors
 
-    def _write(self, header: PartHeader, data: bytes, n_frames: int) -> FileInputs:
+    def _write(self, header: PartHeader, data: bytes, sha256: str, n_frames: int) -> FileInputs:
         final = storage.join(self._config.output_of(header.dataset),
                              paths.output_part_path(header.episodes_file, header.plan.part, header.num_parts))
         with stopping.output_work():
@@ -295,12 +304,18 @@ class _WriteParts(beam.DoFn):
         self._counters["frames"].inc(n_frames)
         self._counters["parts_written"].inc()
         self._counters["output_bytes"].inc(len(data))
-        return _part_result(header, tmp_uri=tmp, frames=n_frames, bytes=len(data), sha256=sink.sha256_hex(data))
+        return _part_result(header, tmp_uri=tmp, frames=n_frames, bytes=len(data), sha256=sha256)
+
+
+def _encoded(table) -> tuple[bytes, str]:
+    """A part's Parquet bytes and their sha256, made on the encoder thread (both without the GIL)."""
+    data = sink.parquet_bytes(table)
+    return data, sink.sha256_hex(data)
 
 
 @dataclasses.dataclass(frozen=True)
 class _Encoding:
-    """A part read, typed and checked, whose Parquet bytes (`data`) the encoder thread is making."""
+    """A part read, typed and checked, whose Parquet bytes and their sha256 (`data`) the encoder thread is making."""
     key: tuple[str, str, int]
     inputs: PartInputs
     header: PartHeader
