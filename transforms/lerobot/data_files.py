@@ -1,7 +1,8 @@
 """Read one data file once for all the episodes that need it: only their row groups, as raw Arrow.
 
-The `index` column is read whole (it is small) to check it is consecutive and to turn each
-episode's index range into row offsets; then only the row groups covering those rows are read,
+The `index` column's layout (consecutive, and where it starts) turns each episode's index range into
+row offsets: from the footer's statistics when they vouch for it (each batch read then checks its own
+`index` values), else by reading the column whole; then only the row groups covering those rows are read,
 with only the feature columns, each row group at most once. Rows come back as the file stores them:
 typing them as info.json declares is the episode record's job (`transforms.episode.frames`).
 """
@@ -76,6 +77,32 @@ def index_layout(index: pa.Array | pa.ChunkedArray, *, file: str) -> IndexLayout
         raise LeRobotImportError("index_not_consecutive", f"the data file's `index` column is not consecutive: row "
                                  f"{i + 1} holds {values[i + 1]} after {values[i]}", file=file)
     return IndexLayout(int(values[0]), len(values))
+
+
+def index_layout_from_statistics(md: pq.FileMetaData, leaf: int) -> Optional[IndexLayout]:
+    """The layout of a consecutive `index` as the footer's statistics tell it: every row group's integer
+    minimum and maximum are those of a consecutive run starting where the previous one ended, and no value
+    is null. None when a statistic is missing or disagrees (the column must then be read to tell).
+
+    Args:
+        md: the data file's footer.
+        leaf: the Parquet leaf column of `index`."""
+    first, start = None, 0
+    for g in range(md.num_row_groups):
+        group = md.row_group(g)
+        rows = group.num_rows
+        if rows == 0:
+            continue
+        stats = group.column(leaf).statistics
+        if (stats is None or not stats.has_min_max or not stats.has_null_count or stats.null_count
+                or type(stats.min) is not int or type(stats.max) is not int):
+            return None
+        if first is None:
+            first = stats.min
+        if stats.min != first + start or stats.max != stats.min + rows - 1:
+            return None
+        start += rows
+    return IndexLayout(first if first is not None else 0, start) if start == md.num_rows else None
 
 
 def row_group_layout(pf: pq.ParquetFile, columns: Sequence[str], *, file: str) -> RowGroupLayout:
@@ -215,8 +242,18 @@ class DataFileReader:
         for name in ["index", *self._columns]:
             if name not in names:
                 raise LeRobotImportError("missing_column", f"the data file has no `{name}` column", file=self.relative)
-        self._layout = index_layout(pf.read(columns=["index"]).column("index"), file=self.relative)
         md = pf.metadata
+        # A data file's `index` is read whole only when its footer cannot vouch for it: a LeRobot data file
+        # has thousands of row groups, and reading the column whole costs one read per row group before
+        # any frame is read. With statistics that match a consecutive index, each batch's own `index`
+        # (a feature column, read anyway) is checked when it is read (`_check_batch_index`).
+        layout = None
+        if "index" in self._columns:
+            leaves = leaf_columns(pf.schema_arrow, ["index"], md.num_columns)
+            layout = index_layout_from_statistics(md, leaves[0]) if len(leaves) == 1 else None
+        self._index_checked_per_batch = layout is not None
+        self._layout = layout if layout is not None else index_layout(pf.read(columns=["index"]).column("index"),
+                                                                      file=self.relative)
         rows = [md.row_group(i).num_rows for i in range(md.num_row_groups)]
         self._groups = _RowGroups(np.concatenate([[0], np.cumsum(rows)]).astype(np.int64))
         self._pf = pf
@@ -236,11 +273,7 @@ class DataFileReader:
             episodes: (key, row) of each episode wanted from this file; the key comes back with it.
         """
         if self._error is not None:
-            ex = self._error
-            yield SliceBatch(self.relative, None, tuple(
-                EpisodeSlice(key, row, error=LeRobotImportError(ex.rule, ex.message, file=ex.file or self.relative,
-                                                                episode_index=row.episode_index))
-                for key, row in episodes))
+            yield self._failed(episodes)
             return
         planned = []
         for key, row in sorted(episodes, key=lambda kr: kr[1].from_index):
@@ -253,7 +286,16 @@ class DataFileReader:
                 continue
             planned.append((key, row, first, end))
         for batch in _batches(planned, self._groups, self._pf.metadata):
-            yield self._read_batch(batch)
+            # an earlier batch may have found the file's `index` wrong: the rest fail with it
+            yield self._failed([(key, row) for key, row, _, _ in batch]) if self._error else self._read_batch(batch)
+
+    def _failed(self, episodes: Sequence[tuple[K, EpisodeRow]]) -> SliceBatch:
+        """The file's error, for each of `episodes`."""
+        ex = self._error
+        return SliceBatch(self.relative, None, tuple(
+            EpisodeSlice(key, row, error=LeRobotImportError(ex.rule, ex.message, file=ex.file or self.relative,
+                                                            episode_index=row.episode_index))
+            for key, row in episodes))
 
     def _read_batch(self, batch: list) -> SliceBatch:
         """Read the row groups of a batch once and cut the rows its episodes span."""
@@ -274,9 +316,33 @@ class DataFileReader:
                                                                 episode_index=row.episode_index))
                 for key, row, _, _ in batch))
         span = table.slice(lo - int(groups.starts[g0]), hi - lo)
+        if self._index_checked_per_batch:
+            if self._check_batch_index(span, lo) is not None:
+                return self._failed([(key, row) for key, row, _, _ in batch])
         # An episode without frames may lie outside the span: it gets an empty slice at its edge.
         return SliceBatch(relative, span, tuple(
             EpisodeSlice(key, row, min(max(first - lo, 0), hi - lo), end - first) for key, row, first, end in batch))
+
+    def _check_batch_index(self, span: pa.Table, first_row: int) -> Optional[LeRobotImportError]:
+        """None when the rows read hold the `index` values the footer's statistics promised; else the file's
+        error, found as a file whose statistics say nothing finds it (its `index` read whole), and kept for
+        every later read of the file."""
+        values = span.column("index").to_numpy(zero_copy_only=False) if not span.column("index").null_count else None
+        expected = self._layout.first_index + first_row
+        if values is not None and np.array_equal(values, np.arange(expected, expected + len(values))):
+            return None
+        try:
+            index_layout(self._pf.read(columns=["index"]).column("index"), file=self.relative)
+            self._error = LeRobotImportError(  # the statistics disagree with the column itself
+                "index_not_consecutive", f"the data file's `index` column does not hold {expected}.."
+                f"{expected + span.num_rows - 1} in rows {first_row}..{first_row + span.num_rows - 1}, as its "
+                "row groups' statistics say", file=self.relative)
+        except LeRobotImportError as ex:
+            self._error = ex
+        except (pa.ArrowException, OSError, ValueError) as ex:
+            self._error = LeRobotImportError("data_file", f"the data file is not readable Parquet: {ex}",
+                                             file=self.relative)
+        return self._error
 
     def _row_groups(self, g0: int, g1: int) -> pa.Table:
         """Row groups g0..g1-1 (the feature columns), the first taken from the last read when it is that one;
