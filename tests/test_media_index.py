@@ -760,7 +760,7 @@ def test_media_index_row_crosses_a_shuffle_as_ipc_bytes():
     from apache_beam.coders import PickleCoder
     from transforms.messages import MediaIndexRow
     (row,) = _index_rows(1)
-    message = MediaIndexRow("file:///ds", "videos/cam/chunk-000/file-000.mp4", row.uri, row.size, "v1", row.index)
+    message = MediaIndexRow.of("file:///ds", "videos/cam/chunk-000/file-000.mp4", row.uri, row.size, "v1", row.index)
     coder = PickleCoder()
     back = coder.decode(coder.encode(message))
     assert (back.dataset, back.file, back.uri, back.size, back.version) == (
@@ -768,6 +768,8 @@ def test_media_index_row_crosses_a_shuffle_as_ipc_bytes():
     assert back.index.type == spql_types.media_index() and back.index.equals(row.index)
     pickled = pickle.dumps(message, pickle.HIGHEST_PROTOCOL)
     assert b"pyarrow" not in pickled and spql_types.array_to_ipc(row.index) in pickled
+    assert message.index.equals(row.index)  # decoded once asked, and still pickled as the bytes alone
+    assert pickle.dumps(message, pickle.HIGHEST_PROTOCOL) == pickled
 
 
 def dataclasses_replace(row, **changes):

@@ -203,8 +203,8 @@ class _ReadMp4File(beam.DoFn):
         for part, samples in sorted(part_samples(rel, facts.index, uses).items()):
             yield part, PartInputs(videos=(PartVideo(rel, video, samples),))
         if read and facts.index is not None and not self._config.inline_index:
-            yield beam.pvalue.TaggedOutput("index_rows", MediaIndexRow(root, rel, facts.uri, facts.size, known.token,
-                                                                       facts.index))
+            yield beam.pvalue.TaggedOutput("index_rows", MediaIndexRow.of(root, rel, facts.uri, facts.size, known.token,
+                                                                          facts.index))
         report = DatasetReport(warnings=tuple(_file_warnings(root, rel, uses, facts, shared=known.shared)),
                                video_versions=((rel, known.token),) if read else ())
         if report.warnings or report.video_versions:

@@ -127,28 +127,35 @@ class Mp4Version:
 
 @dataclasses.dataclass(frozen=True)
 class MediaIndexRow:
-    """One row of the media_index/ table, on its way to its shard."""
+    """One row of the media_index/ table, on its way to its shard.
+
+    Its index is held as Arrow IPC bytes, made once where the MP4 is read and turned back into an array
+    only where it is used (the shard writer): across each shuffle the row is pickled as those bytes, where
+    pickling a nested Arrow array builds a Python object per child array and buffer (ten times the cost of
+    copying its bytes once), and making the bytes again at every shuffle was most of the step's cost."""
 
     dataset: str
     file: str  # the MP4, relative to the dataset root
     uri: str
     size: int
     version: str  # its storage token when the run listed it
-    index: pa.Array  # length-1 spql.MediaIndex
+    index_ipc: bytes  # length-1 spql.MediaIndex, `spql_types.array_to_ipc`
+
+    @classmethod
+    def of(cls, dataset: str, file: str, uri: str, size: int, version: str, index: pa.Array) -> "MediaIndexRow":
+        return cls(dataset, file, uri, size, version, spql_types.array_to_ipc(index))
+
+    @functools.cached_property
+    def index(self) -> pa.Array:
+        """The length-1 spql.MediaIndex (its buffers views of `index_ipc`)."""
+        return spql_types.array_from_ipc(self.index_ipc)
 
     @property
     def shard(self) -> str:
         return paths.media_index_shard_path(self.file)
 
-    def __reduce__(self):
-        # Across a shuffle the index travels as Arrow IPC bytes: pickling a nested Arrow array builds a
-        # Python object per child array and buffer, ten times the cost of copying its bytes once.
-        return _media_index_row, (self.dataset, self.file, self.uri, self.size, self.version,
-                                  spql_types.array_to_ipc(self.index))
-
-
-def _media_index_row(dataset: str, file: str, uri: str, size: int, version: str, index: bytes) -> MediaIndexRow:
-    return MediaIndexRow(dataset, file, uri, size, version, spql_types.array_from_ipc(index))
+    def __reduce__(self):  # the fields alone: never the array `index` may have cached
+        return MediaIndexRow, (self.dataset, self.file, self.uri, self.size, self.version, self.index_ipc)
 
 
 @dataclasses.dataclass(frozen=True)
