@@ -3,16 +3,21 @@
 An import of a LeRobot-shaped dataset of 2,000 episodes takes a few seconds on the DirectRunner, and
 Beam's own fixed costs were a quarter of it (tests/bench/bench_real_scale.py, README "Real scale"):
 
-* `import apache_beam` loads Beam's Google Cloud Storage client (`apache_beam.io.gcp.gcsio`) whenever
-  google-cloud-storage is importable, which gcsfs makes it: Google's storage, auth and crypto libraries,
-  ~0.15 s of every run. The import reads and writes gs:// through fsspec (gcsfs) and never through Beam's
-  FileSystems, so the command's own local run keeps Beam from loading it (`keep_beam_local`).
+* `import apache_beam` loads Beam's BigQuery and Google Cloud Storage modules (`apache_beam.io.gcp.bigquery`,
+  `apache_beam.io.gcp.gcsio`) whenever their libraries are importable, which gcsfs makes them: requests,
+  Google's storage, auth and crypto libraries, ~0.2 s of every run. The import reads and writes gs://
+  through fsspec (gcsfs) and never through Beam's IOs or FileSystems, so the command's own local run keeps
+  Beam from loading them (`keep_beam_local`).
 * Each bundle ends by stopping Beam's state sampler, whose thread sleeps up to its sampling period
   (200 ms) between samples: a stage waits for that sleep to end, up to 0.2 s a stage, ~0.3 s a run.
   The local runner samples every 20 ms instead.
 * Beam asks every DoFn, several times a stage, for its state and timer specs by building a signature
   of each of its methods (`inspect.signature`, ~30 methods a DoFn): ~5,000 signatures and ~0.4 s a run
   for a result that is a property of the DoFn's class. It is kept per class.
+* `PipelineOptions.view_as(cls)` builds an argparse parser of `cls`'s options and parses the command line
+  again at every call, and Beam calls it ~300 times while it builds and translates the pipeline (for its
+  type-check settings, per transform): ~0.2 s. A view holds no state of its own (its values live in the
+  options' shared dict), so each options object keeps its view per class.
 
 Dataflow's workers pay none of these in a way that shows (long bundles, one import per worker), and
 none of them changes what a pipeline computes: `tune_local_runner` is applied for local runs only,
@@ -25,15 +30,17 @@ from __future__ import annotations
 import functools
 import sys
 import types
+import weakref
 from typing import Sequence
 
-__all__ = ["keep_beam_local", "tune_local_runner", "SAMPLING_PERIOD_MS"]
+__all__ = ["keep_beam_local", "names_local_runner", "tune_local_runner", "SAMPLING_PERIOD_MS"]
 
 #: The state sampler's period in a local run (Beam's default: 200 ms).
 SAMPLING_PERIOD_MS = 20
 
-#: Beam's Google Cloud Storage modules, which `import apache_beam` loads when it can.
-_BEAM_GCS_MODULES = ("apache_beam.io.gcp.gcsio", "apache_beam.io.gcp.gcsfilesystem")
+#: Beam's Google Cloud modules that `import apache_beam` loads when it can (`apache_beam.io` tries them in
+#: one block, BigQuery's first; the GCS FileSystem is tried on its own by `apache_beam.io.filesystems`).
+_BEAM_GCP_MODULES = ("apache_beam.io.gcp.bigquery", "apache_beam.io.gcp.gcsio", "apache_beam.io.gcp.gcsfilesystem")
 
 _TUNED = False
 
@@ -46,16 +53,16 @@ def names_local_runner(argv: Sequence[str]) -> bool:
             runner = arg.split("=", 1)[1]
         elif arg == "--runner" and i + 1 < len(argv):
             runner = argv[i + 1]
-    return runner is None or runner.lower() in ("direct", "directrunner", "switchingdirectrunner")
+    return runner is None or runner.lower() in ("direct", "directrunner", "switchingdirectrunner", "fnapirunner")
 
 
 def keep_beam_local(argv: Sequence[str]) -> bool:
     """Before Beam is first imported by the process's own command: when it runs locally, keep Beam from
-    loading its Google Cloud Storage client (Beam then registers no gs:// FileSystem, which the import
-    never uses). Returns whether it did; a process that imported Beam already is left as it is."""
+    loading its BigQuery and Google Cloud Storage modules (Beam then registers no gs:// FileSystem, which
+    the import never uses). Returns whether it did; a process that imported Beam already is left as it is."""
     if "apache_beam" in sys.modules or not names_local_runner(argv):
         return False
-    for name in _BEAM_GCS_MODULES:
+    for name in _BEAM_GCP_MODULES:
         sys.modules.setdefault(name, None)  # `import` of a None entry raises ImportError, which Beam expects
     return True
 
@@ -68,6 +75,7 @@ def tune_local_runner() -> None:
     _TUNED = True
     _sample_less_often()
     _keep_dofn_specs()
+    _keep_option_views()
 
 
 def _sample_less_often() -> None:
@@ -114,3 +122,30 @@ def _keep_dofn_specs() -> None:
 
     get_dofn_specs._lerobot_tuned = True
     userstate.get_dofn_specs = get_dofn_specs
+
+
+def _keep_option_views() -> None:
+    try:
+        from apache_beam.options.pipeline_options import PipelineOptions
+        original = PipelineOptions.view_as
+    except (ImportError, AttributeError):  # pragma: no cover - another Beam
+        return
+    if getattr(original, "_lerobot_tuned", False):
+        return
+    views: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+
+    @functools.wraps(original)
+    def view_as(self, cls):
+        try:
+            per_class = views.setdefault(self, {})
+        except TypeError:  # pragma: no cover - an options object that takes no weak reference
+            return original(self, cls)
+        view = per_class.get(cls)
+        # A view built from other flags (Beam replaces `_flags` when it parses the options again) or over
+        # another dict of values is built anew.
+        if view is None or view._flags is not self._flags or view._all_options is not self._all_options:
+            view = per_class[cls] = original(self, cls)
+        return view
+
+    view_as._lerobot_tuned = True
+    PipelineOptions.view_as = view_as

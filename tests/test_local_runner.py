@@ -29,6 +29,7 @@ def _modules_after_beam(argv: list[str]) -> dict:
         print(json.dumps({{"kept": kept, "gcsio": "apache_beam.io.gcp.gcsio" in sys.modules and
                           sys.modules["apache_beam.io.gcp.gcsio"] is not None,
                           "storage": "google.cloud.storage" in sys.modules,
+                          "bigquery": sys.modules.get("apache_beam.io.gcp.bigquery") is not None,
                           "local": type(FileSystems.get_filesystem("/tmp")).__name__}}))
     """)
     out = subprocess.run([sys.executable, "-c", script], cwd=REPO, capture_output=True, text=True, timeout=120)
@@ -37,15 +38,16 @@ def _modules_after_beam(argv: list[str]) -> dict:
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
-def test_a_local_command_does_not_load_beams_gcs_client():
+def test_a_local_command_does_not_load_beams_gcp_modules():
     found = _modules_after_beam(["--dataset", "d", "--output", "o"])
-    assert found == {"kept": True, "gcsio": False, "storage": False, "local": "LocalFileSystem"}
+    assert found == {"kept": True, "gcsio": False, "storage": False, "bigquery": False, "local": "LocalFileSystem"}
 
 
 @pytest.mark.parametrize("runner", ["DataflowRunner", "dataflow"])
-def test_a_dataflow_command_line_keeps_beams_gcs_client(runner):
+def test_a_dataflow_command_line_keeps_beams_gcp_modules(runner):
     found = _modules_after_beam(["--runner", runner, "--dataset", "d"])
     assert found["kept"] is False
+    assert found["gcsio"] and found["bigquery"]  # Dataflow's own libraries, as Beam loads them
     assert found["local"] == "LocalFileSystem"
 
 
@@ -53,6 +55,7 @@ def test_names_local_runner():
     assert local_runner.names_local_runner([])
     assert local_runner.names_local_runner(["--runner=DirectRunner"])
     assert local_runner.names_local_runner(["--runner", "direct"])
+    assert local_runner.names_local_runner(["--runner", "FnApiRunner"])
     assert not local_runner.names_local_runner(["--runner=DataflowRunner"])
     assert not local_runner.names_local_runner(["--runner", "PrismRunner"])
 
@@ -111,3 +114,20 @@ def test_a_stateful_pipeline_runs_the_same_once_tuned():
         out = (p | beam.Create([("a", 1), ("a", 2), ("b", 3), ("a", 4)]) | beam.ParDo(_Stateful())
                | beam.combiners.Top.Of(3))
         assert_that(out, equal_to([[("b", 1), ("a", 3), ("a", 2)]]))
+
+
+def test_option_views_are_kept_per_options_and_class_and_share_the_values():
+    from apache_beam.options.pipeline_options import PipelineOptions, StandardOptions, TypeOptions
+
+    local_runner.tune_local_runner()
+    options = PipelineOptions(["--runner", "DirectRunner", "--pipeline_type_check"])
+    view = options.view_as(TypeOptions)
+    assert options.view_as(TypeOptions) is view
+    assert view.pipeline_type_check is True
+    options.view_as(StandardOptions).streaming = True  # a value set through any view is every view's
+    assert options.view_as(StandardOptions).streaming is True and options.get_all_options()["streaming"] is True
+    other = PipelineOptions(["--runner", "DirectRunner", "--no_pipeline_type_check"])
+    assert other.view_as(TypeOptions) is not view and other.view_as(TypeOptions).pipeline_type_check is False
+    assert options.view_as(TypeOptions).pipeline_type_check is True
+    options._flags = ["--runner", "DirectRunner"]  # Beam's re-parse replaces the flags: views are built anew
+    assert options.view_as(TypeOptions) is not view
