@@ -124,3 +124,17 @@ def test_statistics_of_row_groups_that_do_not_follow_on_are_not_trusted(dataset)
     _rewrite(path, index=np.arange(5, 125), rows_per_group=7)  # not starting at 0, small row groups: trusted
     layout = data_files.index_layout_from_statistics(pq.ParquetFile(path).metadata, leaf)
     assert (layout.first_index, layout.num_rows) == (5, 120)
+
+
+def test_a_wrong_value_between_the_first_and_last_row_groups_is_found_by_the_batch_check(dataset, monkeypatch):
+    root, path = dataset
+    index = np.arange(120)
+    index[35] = 36  # inside the middle row group; the first and last row groups are as a consecutive index's
+    _rewrite(path, index=index)
+    leaf = pq.ParquetFile(path).schema_arrow.names.index("index")
+    assert data_files.index_layout_from_statistics(pq.ParquetFile(path).metadata, leaf) is not None
+    out, whole_reads = _read(root, path, monkeypatch)
+    assert whole_reads == [["index"]]
+    for i in range(3):
+        assert out[i].rule == "index_not_consecutive"
+        assert "row 35 holds 36 after 34" in out[i].message

@@ -80,29 +80,35 @@ def index_layout(index: pa.Array | pa.ChunkedArray, *, file: str) -> IndexLayout
 
 
 def index_layout_from_statistics(md: pq.FileMetaData, leaf: int) -> Optional[IndexLayout]:
-    """The layout of a consecutive `index` as the footer's statistics tell it: every row group's integer
-    minimum and maximum are those of a consecutive run starting where the previous one ended, and no value
-    is null. None when a statistic is missing or disagrees (the column must then be read to tell).
+    """The layout of a consecutive `index` as the footer's statistics tell it: the first row group's
+    minimum is where it starts, and the last row group's maximum is where a consecutive index of the
+    file's rows ends (integers both, no null in either group). None when a statistic is missing or
+    disagrees (the column must then be read to tell).
+
+    The statistics cannot vouch for the rows in between (nor for any order inside a row group): the
+    reader checks the `index` of every batch it reads against this layout, and a file whose index is
+    not what it promises is then read whole to say what is wrong (`DataFileReader._check_batch_index`).
+    Only two row groups' statistics are read: a LeRobot data file has thousands.
 
     Args:
         md: the data file's footer.
         leaf: the Parquet leaf column of `index`."""
-    first, start = None, 0
-    for g in range(md.num_row_groups):
-        group = md.row_group(g)
-        rows = group.num_rows
-        if rows == 0:
-            continue
-        stats = group.column(leaf).statistics
+    groups = range(md.num_row_groups)
+    first_group = next((g for g in groups if md.row_group(g).num_rows), None)
+    if first_group is None:
+        return IndexLayout(0, 0) if md.num_rows == 0 else None
+    last_group = next(g for g in reversed(groups) if md.row_group(g).num_rows)
+    bounds = []
+    for g in (first_group, last_group):
+        stats = md.row_group(g).column(leaf).statistics
         if (stats is None or not stats.has_min_max or not stats.has_null_count or stats.null_count
                 or type(stats.min) is not int or type(stats.max) is not int):
             return None
-        if first is None:
-            first = stats.min
-        if stats.min != first + start or stats.max != stats.min + rows - 1:
-            return None
-        start += rows
-    return IndexLayout(first if first is not None else 0, start) if start == md.num_rows else None
+        bounds.append((stats.min, stats.max))
+    first, last = bounds[0][0], bounds[1][1]
+    if last != first + md.num_rows - 1 or bounds[0][1] < first or bounds[1][0] > last:
+        return None
+    return IndexLayout(first, md.num_rows)
 
 
 def row_group_layout(pf: pq.ParquetFile, columns: Sequence[str], *, file: str) -> RowGroupLayout:
