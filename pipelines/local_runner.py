@@ -105,15 +105,22 @@ def _keep_dofn_specs() -> None:
         return
     if getattr(original, "_lerobot_tuned", False):
         return
-    cache: dict[type, tuple[frozenset, frozenset]] = {}
+    cache: dict[tuple, tuple[frozenset, frozenset]] = {}
 
     @functools.wraps(original)
     def get_dofn_specs(dofn):
-        # The specs are read off the methods' default arguments, which belong to the class; an
-        # instance holding a bound method of its own (beam.Map(obj.method)) is asked every time.
-        if any(isinstance(v, types.MethodType) for v in getattr(dofn, "__dict__", {}).values()):
-            return original(dofn)
-        key = type(dofn)
+        # The specs are read off the methods' default arguments, which belong to the class. An instance
+        # may hold methods of its own: one of its class's functions bound to itself (Beam's exception
+        # handling wrapper sets `process` so) is part of the key; anything else (beam.Map(obj.method),
+        # a function made per instance) is asked every time.
+        cls = type(dofn)
+        own = []
+        for name, value in getattr(dofn, "__dict__", {}).items():
+            if isinstance(value, types.MethodType):
+                if value.__self__ is not dofn or value.__func__ not in _class_functions(cls):
+                    return original(dofn)
+                own.append((name, value.__func__))
+        key = (cls, tuple(sorted(own, key=lambda item: item[0])))
         if key not in cache:
             states, timers = original(dofn)
             cache[key] = (frozenset(states), frozenset(timers))
@@ -122,6 +129,12 @@ def _keep_dofn_specs() -> None:
 
     get_dofn_specs._lerobot_tuned = True
     userstate.get_dofn_specs = get_dofn_specs
+
+
+@functools.lru_cache(maxsize=None)
+def _class_functions(cls: type) -> frozenset:
+    """The functions defined by `cls` and its bases."""
+    return frozenset(v for klass in cls.__mro__ for v in vars(klass).values() if isinstance(v, types.FunctionType))
 
 
 def _keep_option_views() -> None:

@@ -131,3 +131,16 @@ def test_option_views_are_kept_per_options_and_class_and_share_the_values():
     assert options.view_as(TypeOptions).pipeline_type_check is True
     options._flags = ["--runner", "DirectRunner"]  # Beam's re-parse replaces the flags: views are built anew
     assert options.view_as(TypeOptions) is not view
+
+
+def test_dofn_specs_of_beams_exception_handling_wrapper_are_kept_and_equal_beams():
+    from apache_beam.transforms.core import _ExceptionHandlingWrapperDoFn
+
+    local_runner.tune_local_runner()
+    tuned = userstate.get_dofn_specs
+    wrappers = [_ExceptionHandlingWrapperDoFn(fn, "bad", (Exception,), False, None, False) for fn in (_Plain(), _Plain())]
+    assert all(type(w.__dict__["process"]).__name__ == "method" for w in wrappers)  # a bound method of its own
+    for w in wrappers:
+        assert tuned(w) == tuned.__wrapped__(w) == (set(), set())
+    unsafe = _ExceptionHandlingWrapperDoFn(_Stateful(), "bad", (Exception,), False, None, True)
+    assert tuned(unsafe) == tuned.__wrapped__(unsafe)  # a function made per instance: asked, not kept
