@@ -138,7 +138,8 @@ def test_dofn_specs_of_beams_exception_handling_wrapper_are_kept_and_equal_beams
 
     local_runner.tune_local_runner()
     tuned = userstate.get_dofn_specs
-    wrappers = [_ExceptionHandlingWrapperDoFn(fn, "bad", (Exception,), False, None, False) for fn in (_Plain(), _Plain())]
+    wrappers = [_ExceptionHandlingWrapperDoFn(fn, "bad", (Exception,), False, None, False)
+                for fn in (_Plain(), _Plain())]
     assert all(type(w.__dict__["process"]).__name__ == "method" for w in wrappers)  # a bound method of its own
     for w in wrappers:
         assert tuned(w) == tuned.__wrapped__(w) == (set(), set())

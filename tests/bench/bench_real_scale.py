@@ -152,7 +152,8 @@ def bench_import(work: Path, row_groups: str, rounds: int, reuse: bool = False) 
     print(f"wall: import {m.wall:.2f} s vs floor {floor.wall:.2f} s = {m.wall / floor.wall:.2f}x (target <= 3x); "
           f"rounds: import {', '.join(f'{i.wall:.2f}' for i, _ in imports)}, floor "
           f"{', '.join(f'{f.wall:.2f}' for f in floors)}")
-    median_import, median_floor = statistics.median(i.wall for i, _ in imports), statistics.median(f.wall for f in floors)
+    median_import = statistics.median(i.wall for i, _ in imports)
+    median_floor = statistics.median(f.wall for f in floors)
     print(f"wall, medians: import {median_import:.2f} s vs floor {median_floor:.2f} s = "
           f"{median_import / median_floor:.2f}x")
     cpu_import, cpu_floor = min(i.cpu_total for i, _ in imports), min(f.cpu_total for f in floors)

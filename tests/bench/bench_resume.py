@@ -150,7 +150,8 @@ def main() -> None:
           f"{med('floor_wall'):.2f} s wall / {med('floor_cpu'):.2f} s CPU = {med('floor_wall') / med('full_wall'):.0%} "
           f"wall, {med('floor_cpu') / med('full_cpu'):.0%} CPU of the full run")
     ratios = sorted(r["rerun_wall"] / r["full_wall"] for r in rows)
-    print(f"rerun / full per round, median {statistics.median(ratios):.0%} wall (range {ratios[0]:.0%}-{ratios[-1]:.0%}), "
+    print(f"rerun / full per round, median {statistics.median(ratios):.0%} wall "
+          f"(range {ratios[0]:.0%}-{ratios[-1]:.0%}), "
           f"{statistics.median(r['rerun_cpu'] / r['full_cpu'] for r in rows):.0%} CPU")
     if not all(r["same"] for r in rows):
         raise SystemExit("a resumed output differs from the full run's")
