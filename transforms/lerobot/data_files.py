@@ -331,7 +331,7 @@ class DataFileReader:
 
     def _check_batch_index(self, span: pa.Table, first_row: int) -> Optional[LeRobotImportError]:
         """None when the rows read hold the `index` values the footer's statistics promised; else the file's
-        error, found as a file whose statistics say nothing finds it (its `index` read whole), and kept for
+        error as reading its `index` whole finds it (the error a file without statistics gets), kept for
         every later read of the file."""
         values = span.column("index").to_numpy(zero_copy_only=False) if not span.column("index").null_count else None
         expected = self._layout.first_index + first_row
