@@ -362,3 +362,33 @@ def test_start_drift_is_measured_against_the_frames_before_the_clip(clips, warne
     from transforms.episode.quirks import start_drift_warnings
     got = start_drift_warnings("d", "videos/a.mp4", clips, 10.0)
     assert [(w.episode_index, w.by) for w in got] == warned
+
+
+def test_write_parts_encodes_a_part_while_the_next_read_unit_is_prepared(tmp_path, monkeypatch, capsys):
+    """Single-part read units (the usual layout): each part is stored only once the next unit's part is
+    read, typed and checked (its encoding overlapped that work), the bundle's last one in finish_bundle;
+    every part is still written and its file committed by its writer."""
+    from tests.dataset_factory import DatasetSpec, write_dataset
+    from tests.helpers import read_manifest, run_import
+    from transforms import write_outputs
+
+    root = write_dataset(tmp_path / "ds", DatasetSpec(lengths=(5, 7, 6, 4), episodes_per_meta_file=1))
+    events = []
+    prepare, finish = write_outputs._WriteParts._prepare_part, write_outputs._WriteParts._finish
+    monkeypatch.setattr(write_outputs._WriteParts, "_prepare_part",
+                        lambda self, key, inputs: events.append(("prepare", key[1])) or prepare(self, key, inputs))
+    monkeypatch.setattr(write_outputs._WriteParts, "_finish",
+                        lambda self, pending, facts: events.append(("store", pending.key[1])) or finish(
+                            self, pending, facts))
+    assert run_import(root, tmp_path / "out") == 0
+    files = [f"meta/episodes/chunk-000/file-{i:03d}.parquet" for i in range(4)]
+    order = [f for _, f in events if _ == "prepare"]
+    assert sorted(order) == files and len(events) == 8
+    # a part is stored after the next part is prepared, the last one at the bundle's end
+    assert events == [("prepare", order[0])] + [e for i in range(1, 4) for e in (("prepare", order[i]),
+                                                                                ("store", order[i - 1]))] + [
+        ("store", order[3])]
+    manifest = read_manifest(tmp_path / "out")
+    assert sorted(manifest["episodes_files"]) == files
+    assert all(e["status"] == "imported" for e in manifest["episodes_files"].values())
+    assert "files_committed_early=4" in capsys.readouterr().out
