@@ -33,7 +33,7 @@ import types
 import weakref
 from typing import Sequence
 
-__all__ = ["keep_beam_local", "names_local_runner", "tune_local_runner", "SAMPLING_PERIOD_MS"]
+__all__ = ["keep_beam_local", "names_local_runner", "tune_local_runner", "SAMPLING_PERIOD_MS", "SUBCOMMANDS"]
 
 #: The state sampler's period in a local run (Beam's default: 200 ms).
 SAMPLING_PERIOD_MS = 20
@@ -56,11 +56,21 @@ def names_local_runner(argv: Sequence[str]) -> bool:
     return runner is None or runner.lower() in ("direct", "directrunner", "switchingdirectrunner", "fnapirunner")
 
 
+#: The command's subcommands: `render` writes its samples through Beam's IOs (a gs:// output needs Beam's
+#: GCS FileSystem), so only the import itself is kept from loading them.
+SUBCOMMANDS = ("render", "verify", "plan", "check")
+
+
 def keep_beam_local(argv: Sequence[str]) -> bool:
-    """Before Beam is first imported by the process's own command: when it runs locally, keep Beam from
-    loading its BigQuery and Google Cloud Storage modules (Beam then registers no gs:// FileSystem, which
-    the import never uses). Returns whether it did; a process that imported Beam already is left as it is."""
-    if "apache_beam" in sys.modules or not names_local_runner(argv):
+    """Before Beam is first imported by the process's own command: when it is an import that runs locally,
+    keep Beam from loading its BigQuery and Google Cloud Storage modules (Beam then registers no gs://
+    FileSystem, which the import never uses). Returns whether it did; a subcommand, another runner or a
+    process that imported Beam already is left as it is.
+
+    Args:
+        argv: the command's arguments (without the program name)."""
+    command = [a for a in argv if a not in ("-q", "--quiet", "-v", "--verbose") and not a.startswith("-vv")]
+    if "apache_beam" in sys.modules or command[:1] and command[0] in SUBCOMMANDS or not names_local_runner(argv):
         return False
     for name in _BEAM_GCP_MODULES:
         sys.modules.setdefault(name, None)  # `import` of a None entry raises ImportError, which Beam expects

@@ -51,6 +51,14 @@ def test_a_dataflow_command_line_keeps_beams_gcp_modules(runner):
     assert found["local"] == "LocalFileSystem"
 
 
+@pytest.mark.parametrize("argv", [["render", "--import", "o", "--output", "gs://b/samples"],
+                                  ["-q", "render", "--import", "o", "--output", "s"]])
+def test_render_keeps_beams_gcp_modules(argv):
+    """render writes through Beam's IOs: a gs:// output needs Beam's GCS FileSystem even on a local runner."""
+    found = _modules_after_beam(argv)
+    assert found["kept"] is False and found["gcsio"] and found["bigquery"]
+
+
 def test_names_local_runner():
     assert local_runner.names_local_runner([])
     assert local_runner.names_local_runner(["--runner=DirectRunner"])
