@@ -70,7 +70,8 @@ def test_the_readme_test_command_installs_what_ci_tests_need():
     assert len(blocks) == 2
     command = blocks[1].strip()
     assert command == ('pip install -e ".[test]" && pip install torch==2.13.0 --index-url '
-                       'https://download.pytorch.org/whl/cpu && python -m pytest -q -n auto --dist loadfile')
+                       'https://download.pytorch.org/whl/cpu && python -m pytest -q -n auto --dist loadfile '
+                       '--max-worker-restart 0')
     setup = (REPO / "setup.py").read_text()
     test_extra = setup[setup.index('"test": ['):]
     test_extra = test_extra[:test_extra.index("],")]
