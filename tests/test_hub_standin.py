@@ -311,7 +311,8 @@ def test_private_repo_needs_its_token(hub):
         (SRC / FRONT).read_bytes()[:16]
     # the token goes to the Hub, not to the CDN the Hub redirects big files to (the two server threads record
     # their requests as they finish, so the CDN's can come first)
-    assert sorted((r.kind, r.authorized) for r in hub.requests if r.file == FRONT) == [("cdn", False), ("resolve", True)]
+    assert sorted((r.kind, r.authorized) for r in hub.requests if r.file == FRONT) == [("cdn", False),
+                                                                                      ("resolve", True)]
     public = [d.id for d in HfApi().list_datasets(author="lerobot")]
     assert "lerobot/so101" in public and "lerobot/private" not in public
     assert [d.id for d in HfApi().list_datasets(author="other")] == ["other/public"]
