@@ -24,10 +24,12 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-try:  # the one oracle runner, and the priority fix after an AV1 encode
+try:  # the one oracle runner, the priority fix after an AV1 encode, the encoding child
+    from tests.isolated import run_isolated
     from tests.scheduling import restore_normal_scheduling
     from tests.oracle import OracleError, reference_episodes, spiral_missing  # noqa: F401  (OracleError re-exported)
 except ImportError:  # imported with tests/ itself on sys.path (the bench scripts)
+    from isolated import run_isolated  # type: ignore[no-redef]
     from scheduling import restore_normal_scheduling  # type: ignore[no-redef]
     from oracle import OracleError, reference_episodes, spiral_missing  # type: ignore[no-redef]  # noqa: F401
 
@@ -46,7 +48,19 @@ def encode(path: str | os.PathLike, *, codec: str = "libx264", frames: int = 30,
            fps: int = 30, options: Optional[dict] = None, faststart: bool = False, audio: bool = False,
            second_video: Optional[str] = None, second_size: tuple[int, int] = (32, 32),
            noise: bool = False) -> Path:
-    """Encode a short synthetic clip (random noise with `noise`, for a large mdat); returns `path`."""
+    """Encode a short synthetic clip (random noise with `noise`, for a large mdat); returns `path`.
+
+    The encode runs in the test process's encoding child (tests/isolated.py says why)."""
+    run_isolated(_encode_here, str(path), codec=codec, frames=frames, width=width, height=height, fps=fps,
+                 options=options, faststart=faststart, audio=audio, second_video=second_video,
+                 second_size=tuple(second_size), noise=noise)
+    return Path(path)
+
+
+def _encode_here(path: str, *, codec: str, frames: int, width: int, height: int, fps: int, options: Optional[dict],
+                 faststart: bool, audio: bool, second_video: Optional[str], second_size: tuple[int, int],
+                 noise: bool) -> None:
+    """`encode` in this process."""
     import av
 
     container_options = {"movflags": "faststart"} if faststart else {}
@@ -85,7 +99,6 @@ def encode(path: str | os.PathLike, *, codec: str = "libx264", frames: int = 30,
             for p in s.encode(None):
                 out.mux(p)
     restore_normal_scheduling()
-    return Path(path)
 
 
 # ------------------------------------------------------------------------------------------------

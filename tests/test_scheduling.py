@@ -1,13 +1,16 @@
-"""An AV1 encode in a test leaves no thread of the process at real-time priority (tests/scheduling.py)."""
+"""An AV1 encode in a test leaves no thread of the process at real-time priority (tests/scheduling.py), and
+runs in the test process's encoding child (tests/isolated.py)."""
 
 from __future__ import annotations
 
 import os
+import signal
 import threading
 
 import pytest
 
 from tests import mp4_factory as F
+from tests.isolated import IsolatedError, run_isolated
 from tests.scheduling import restore_normal_scheduling
 
 
@@ -43,3 +46,29 @@ def test_restore_moves_a_real_time_thread_back():
     assert os.SCHED_FIFO in _policies()
     assert restore_normal_scheduling() >= 1
     assert _policies() == {os.SCHED_OTHER}
+
+
+def _threads_and_pid() -> tuple[int, int]:
+    return os.getpid(), threading.active_count()
+
+
+def test_encodes_run_in_a_child_process_that_is_reused(tmp_path):
+    before = {int(t) for t in os.listdir("/proc/self/task")}
+    path = F.encode(tmp_path / "a.mp4", codec="libsvtav1", frames=4)
+    assert path.stat().st_size > 0
+    child, _ = run_isolated(_threads_and_pid)
+    assert child != os.getpid()
+    assert run_isolated(_threads_and_pid)[0] == child  # one child, started once
+    # no encoder thread joined this process (a Python thread of another test may have ended meanwhile)
+    assert {int(t) for t in os.listdir("/proc/self/task")} <= before | {t.native_id for t in threading.enumerate()}
+
+
+def _segfault() -> None:
+    os.kill(os.getpid(), signal.SIGSEGV)  # what a native crash of an encoder does to the child
+
+
+def test_a_child_that_dies_is_a_clear_error_and_the_next_call_starts_a_new_one():
+    with pytest.raises(IsolatedError, match=r"the child process that ran (tests\.)?test_scheduling\._segfault died "
+                                            r"\(.*\); an encoder crashed or the process was killed: run the call again"):
+        run_isolated(_segfault)
+    assert run_isolated(_threads_and_pid)[0] != os.getpid()

@@ -45,6 +45,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repo root, when run as a script
+from tests.isolated import run_isolated  # noqa: E402
 from tests.scheduling import restore_normal_scheduling  # noqa: E402
 from tests.dataset_factory import (  # noqa: E402  (LeRobot's path templates and default columns)
     DATA_PATH, DEFAULTS as DEFAULT_FEATURES, EPISODES_PATH, VIDEO_PATH)
@@ -104,7 +105,15 @@ def _frame_image(i: int, camera: int, width: int, height: int) -> np.ndarray:
 
 def encode_clip(encoder: str, frames: int, *, camera: int = 0, fps: int = 30, width: int = 64, height: int = 48,
                 gop: int = 15, bframes: bool = True, first_frame: int = 0) -> Clip:
-    """Encode `frames` frames into an in-memory MP4 with PyAV and return its packets."""
+    """Encode `frames` frames into an in-memory MP4 with PyAV and return its packets. The encode runs in
+    this process's encoding child (tests/isolated.py says why)."""
+    return run_isolated(_encode_clip_here, encoder, frames, camera=camera, fps=fps, width=width, height=height,
+                        gop=gop, bframes=bframes, first_frame=first_frame)
+
+
+def _encode_clip_here(encoder: str, frames: int, *, camera: int, fps: int, width: int, height: int, gop: int,
+                      bframes: bool, first_frame: int) -> Clip:
+    """`encode_clip` in this process."""
     import av
 
     os.environ.setdefault("SVT_LOG", "1")  # SVT-AV1: errors only
