@@ -68,7 +68,8 @@ def _segfault() -> None:
 
 
 def test_a_child_that_dies_is_a_clear_error_and_the_next_call_starts_a_new_one():
-    with pytest.raises(IsolatedError, match=r"the child process that ran (tests\.)?test_scheduling\._segfault died "
-                                            r"\(.*\); an encoder crashed or the process was killed: run the call again"):
+    died = r"the child process that ran (tests\.)?test_scheduling\._segfault died \(.*\); an encoder crashed or the " \
+        r"process was killed: run the call again"
+    with pytest.raises(IsolatedError, match=died):
         run_isolated(_segfault)
     assert run_isolated(_threads_and_pid)[0] != os.getpid()
