@@ -14,3 +14,19 @@ pure and never imports Beam:
     transforms.hub        hf://datasets/... roots (ground floor, reached through storage): commits, range reads
     transforms.lease      a lease on an output root, so overlapping runs never write one output
 """
+
+import os as _os
+import sys as _sys
+
+#: The allocator option set before Arrow loads (see below), unless the process chose its own.
+ARROW_ALLOCATOR_ENV = {"MIMALLOC_ARENA_EAGER_COMMIT": "0"}
+
+# Arrow's default allocator (mimalloc) commits its first arena whole, and with transparent huge pages the
+# kernel zeroes it at once: the first row group a process reads costs 20-400 ms more and ~160 MB more resident
+# memory, in every DataLoader worker of a training run (measured: the first 20 random items of an import 0.28-
+# 0.85 s, 0.22-0.30 s without it; peak RSS 580 -> 420 MB), for no speed afterwards. The option is read once,
+# when Arrow's library loads, so it is set only while pyarrow is not yet imported, and never over a value the
+# process set itself.
+if "pyarrow" not in _sys.modules:
+    for _key, _value in ARROW_ALLOCATOR_ENV.items():
+        _os.environ.setdefault(_key, _value)
