@@ -42,9 +42,12 @@ def make(spec: dict):
         cams = ds.meta.video_keys
         return LeRobotDataset("bench/local", root=spec["dataset"], video_backend=side.split(":", 1)[1],
                               delta_timestamps=_windows(cams))
-    if side in ("pyav", "floor"):
+    if side in ("pyav", "floor", "ceiling"):
         sys.path.insert(0, str(HERE.parents[2]))
-        from tests.bench.bench_frames import DecodeFloor, PyAVBaseline
+        from tests.bench.bench_frames import DecodeFloor, LoaderCeiling, PyAVBaseline
+        if side == "ceiling":
+            ds = LoaderCeiling(spec["import"], **kw)
+            return LoaderCeiling(spec["import"], _windows(ds.cameras), **kw) if spec["windows"] else ds
         if side == "floor":
             ds = DecodeFloor(spec["import"])
             return DecodeFloor(spec["import"], _windows(ds.cameras)) if spec["windows"] else ds
@@ -105,8 +108,10 @@ def main() -> None:
     ap.add_argument("import_root")
     ap.add_argument("--code", action="append", default=[], help="a checkout's root (repeat to compare)")
     ap.add_argument("--side", action="append", default=[],
-                    help="also time pyav (per-item open+seek+decode), floor (DecodeFloor) or lerobot:BACKEND")
-    ap.add_argument("--lerobot-python", default="/work/lerobot-venv/bin/python")
+                    help="also time pyav (per-item open+seek+decode), floor (DecodeFloor), ceiling (LoaderCeiling: "
+                         "copies of one item, the loader's own cost) or lerobot:BACKEND")
+    ap.add_argument("--lerobot-python", default=os.environ.get("LEROBOT_PYTHON", "lerobot-venv/bin/python"),
+                    help="an interpreter with lerobot 0.4.x installed (for the lerobot:BACKEND sides)")
     ap.add_argument("--items", type=int, default=200)
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--seed", type=int, default=0)

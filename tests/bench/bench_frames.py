@@ -535,6 +535,25 @@ class DecodeFloor:
         return {"decoded": decoded}
 
 
+class LoaderCeiling:
+    """What a DataLoader costs to move items alone: every item is a copy of ImportedFrames' item 0 (the same
+    keys, dtypes and shapes, windows included), made without reading or decoding anything. A reader whose items
+    have these tensors cannot go faster through the same loader, whatever its decoding costs."""
+
+    def __init__(self, out: str, delta_timestamps: Optional[dict] = None, camera_dtype: str = "float32") -> None:
+        from transforms.reader import ImportedFrames
+
+        self.ds = ImportedFrames(out, delta_timestamps=delta_timestamps, camera_dtype=camera_dtype)
+        self.cameras = self.ds.cameras
+        self._item = self.ds[0]
+
+    def __len__(self) -> int:
+        return len(self.ds)
+
+    def __getitem__(self, i: int) -> dict:
+        return {k: v.clone() if hasattr(v, "clone") else v for k, v in self._item.items()}
+
+
 def _proc_memory(pid: int) -> dict:
     """Resident (RSS), peak resident (HWM) and private (USS: not shared with any other process) MB of `pid`."""
     out = {}
