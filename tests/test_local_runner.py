@@ -30,6 +30,7 @@ def _modules_after_beam(argv: list[str]) -> dict:
                           sys.modules["apache_beam.io.gcp.gcsio"] is not None,
                           "storage": "google.cloud.storage" in sys.modules,
                           "bigquery": sys.modules.get("apache_beam.io.gcp.bigquery") is not None,
+                          "pymongo": sys.modules.get("pymongo") is not None,
                           "local": type(FileSystems.get_filesystem("/tmp")).__name__}}))
     """)
     out = subprocess.run([sys.executable, "-c", script], cwd=REPO, capture_output=True, text=True, timeout=120)
@@ -38,9 +39,19 @@ def _modules_after_beam(argv: list[str]) -> dict:
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
+def test_a_local_import_says_nothing_of_the_mongodb_client_it_kept_out(tmp_path):
+    out = subprocess.run([sys.executable, "-m", "pipelines.import_lerobot", "-v", "--dataset",
+                          str(REPO / "tests" / "data" / "so101_av1"), "--output", str(tmp_path / "out")],
+                         cwd=REPO, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert "imported - 4/4 episodes" in out.stdout + out.stderr
+    assert "bson" not in out.stdout + out.stderr
+
+
 def test_a_local_command_does_not_load_beams_gcp_modules():
     found = _modules_after_beam(["--dataset", "d", "--output", "o"])
-    assert found == {"kept": True, "gcsio": False, "storage": False, "bigquery": False, "local": "LocalFileSystem"}
+    assert found == {"kept": True, "gcsio": False, "storage": False, "bigquery": False, "pymongo": False,
+                     "local": "LocalFileSystem"}
 
 
 @pytest.mark.parametrize("runner", ["DataflowRunner", "dataflow"])
@@ -48,6 +59,7 @@ def test_a_dataflow_command_line_keeps_beams_gcp_modules(runner):
     found = _modules_after_beam(["--runner", runner, "--dataset", "d"])
     assert found["kept"] is False
     assert found["gcsio"] and found["bigquery"]  # Dataflow's own libraries, as Beam loads them
+    assert found["pymongo"]  # and what else Beam loads when it is installed
     assert found["local"] == "LocalFileSystem"
 
 
