@@ -408,3 +408,22 @@ def test_reader_over_fsspec_url(imported):
         got = [e.to_arrow() for e in ImportReader(f"memory://reader-test-{layout}")]
         want = [e.to_arrow() for e in ImportReader(str(src))]
         assert len(got) == len(want) and all(a.equals(b) for a, b in zip(got, want))
+
+
+def test_frame_lookups_search_whole_ticks_and_find_what_the_seconds_say():
+    """Lookups search integer pts with integer needles (a float needle makes numpy cast a file's whole table to
+    float64 at each call) and find the same frames as comparing the times in seconds."""
+    from transforms.reader.seek import _first_at_or_after, _whole_ticks
+
+    rng = np.random.default_rng(7)
+    timescale = 15360
+    pts = np.cumsum(rng.integers(1, 1024, 5000)).astype(np.int64)  # uneven steps, as real files can have
+    seconds = np.concatenate((pts[:200] / timescale, pts[:200] / timescale + 1e-9, pts[:200] / timescale - 1e-9,
+                              rng.uniform(-1, pts[-1] / timescale + 1, 600)))
+    for x in seconds.tolist():
+        want = int(np.flatnonzero(pts / timescale >= x)[0]) if (pts / timescale >= x).any() else len(pts)
+        assert _first_at_or_after(pts, timescale, x) == want
+    ticks = seconds * timescale
+    assert _whole_ticks(ticks).dtype == np.int64
+    np.testing.assert_array_equal(np.searchsorted(pts, _whole_ticks(ticks)), np.searchsorted(pts, ticks))
+    assert _whole_ticks(1e30) == 2 ** 62 and _whole_ticks(-1e30) == -2 ** 62  # clamped, not overflowed
