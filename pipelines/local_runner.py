@@ -68,8 +68,8 @@ SUBCOMMANDS = ("render", "verify", "plan", "check")
 def keep_beam_local(argv: Sequence[str]) -> bool:
     """Before Beam is first imported by the process's own command: when it is an import that runs locally,
     keep Beam from loading its BigQuery and Google Cloud Storage modules (Beam then registers no gs://
-    FileSystem, which the import never uses) and MongoDB's client. Returns whether it did; a subcommand, another runner or a
-    process that imported Beam already is left as it is.
+    FileSystem, which the import never uses) and MongoDB's client. Returns whether it did; a subcommand,
+    another runner or a process that imported Beam already is left as it is.
 
     Args:
         argv: the command's arguments (without the program name)."""
