@@ -483,3 +483,12 @@ def test_truncated_video_file_is_a_clear_error(tmp_path):
                                           r"cannot read video file .*file-000\.mp4: .*shorter than expected"):
         ds[last]
     assert ds[0]["observation.images.wrist"].shape == (3, 32, 48)  # frames before the cut still read
+
+
+def test_the_dataset_loads_the_decoder_modules_so_forked_workers_start_with_them(imports):
+    """PyAV is imported when a dataset with cameras is made (its DataLoader workers then inherit it), not by each
+    worker's first item."""
+    code = ("import sys\nfrom transforms.reader.frames import ImportedFrames\n"
+            f"ds = ImportedFrames({str(imports('so101_av1'))!r})\n"
+            "print(sorted(m for m in ('av', 'av.video.reformatter') if m in sys.modules))\n")
+    assert run_python(code) == ["['av', 'av.video.reformatter']"]
