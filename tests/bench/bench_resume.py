@@ -13,6 +13,7 @@ output (episodes/ and media_index/, byte for byte) equals the full run's.
 
     python tests/bench/bench_resume.py                       # bench_real_scale's dataset in /work/rs
     python tests/bench/bench_resume.py --dataset ROOT --rounds 3 --fraction 0.5
+    python tests/bench/bench_resume.py --dataset /tmp/ds-8k --make 8000 --rounds 5   # four times the size
 """
 
 from __future__ import annotations
@@ -99,11 +100,19 @@ def _metrics(stdout: str) -> dict[str, int]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--dataset", default="/work/rs/ds-episode", help="a LeRobot v3 dataset (read only)")
+    parser.add_argument("--dataset", default="/work/rs/ds-episode",
+                        help="a LeRobot v3 dataset (read only); made first with --make when it does not exist")
+    parser.add_argument("--make", type=int, default=None, metavar="EPISODES",
+                        help="make --dataset with bench_real_scale's generator at this many episodes when it is "
+                             "missing (2000: bench_real_scale's own; 8000: four times it, 5 data files of 100 MB)")
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--fraction", type=float, default=0.5, help="share of episodes files committed at SIGINT")
     parser.add_argument("--workdir", default=None, help="where the outputs go (a temporary folder by default)")
     args = parser.parse_args()
+    if args.make and not (Path(args.dataset) / "meta" / "info.json").exists():
+        sys.path.insert(0, str(REPO))
+        from tests.bench.bench_real_scale import make_real_scale
+        make_real_scale(Path(args.dataset), episodes=args.make)
     import compileall  # the project's bytecode first, as an installed package has it (see bench_real_scale)
     for package in ("pipelines", "transforms"):
         compileall.compile_dir(str(REPO / package), quiet=1)
