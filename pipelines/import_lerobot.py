@@ -15,6 +15,7 @@ import datetime
 import json
 import logging
 import os
+import shutil
 import signal
 import sys
 import threading
@@ -314,6 +315,13 @@ def run_interruptibly(pipeline: beam.Pipeline):  # -> its PipelineResult
                 for s in (signal.SIGINT, signal.SIGTERM):
                     signal.signal(s, signal.SIG_IGN)
                 raise Stuck(stuck)
+    except (Interrupted, Stuck):
+        # Beam removes the local temporary folder every Pipeline makes (empty for the import) only when
+        # run() returns, and the command ends before the pipeline's thread does
+        tempdir = getattr(pipeline, "local_tempdir", None)
+        if tempdir:
+            shutil.rmtree(tempdir, ignore_errors=True)
+        raise
     finally:
         for s, handler in previous.items():
             signal.signal(s, handler)

@@ -367,8 +367,9 @@ def test_dataflow_job_graph_builds_without_network():
     # The import's whole graph reaches Dataflow, transform for transform.
     names = _transform_names(job.proto_pipeline)
     local = PipelineOptions(argv[:3])
-    plain = _transform_names(build_pipeline(local, config_from_options(local.view_as(ImportOptions)),
-                                            "2026-01-01T00:00:00+00:00").to_runner_api())
+    built = build_pipeline(local, config_from_options(local.view_as(ImportOptions)), "2026-01-01T00:00:00+00:00")
+    plain = _transform_names(built.to_runner_api())
+    shutil.rmtree(built.local_tempdir, ignore_errors=True)  # Beam removes its temporary folder only in run()
     imported = {n for n in names if n == "Import" or n.startswith("Import/")}
     assert imported == {n for n in plain if n == "Import" or n.startswith("Import/")}
     steps = ("CheckDatasets", "PlanEpisodesFiles", "ReadMp4Facts", "WriteParts", "CommitEpisodesFiles",

@@ -350,6 +350,7 @@ def test_building_the_import_declares_every_output_tag(tmp_path, caplog):
         _ = p | beam.Create([root]) | ImportLeRobotDatasets(config)
     assert not [r for r in caplog.records if "not declared in type hints" in r.getMessage()]
     assert len(p.to_runner_api().components.transforms) > 20  # the pipeline was really built
+    shutil.rmtree(p.local_tempdir, ignore_errors=True)  # Beam removes its temporary folder only in run()
 
 
 @pytest.mark.parametrize("clips, warned", [

@@ -147,8 +147,11 @@ def references(dataset, tmp_path_factory):
 def test_interrupt_keeps_committed_files_and_resumes(dataset, references, tmp_path, sig, extra, capsys):
     fs = fsspec.filesystem("file")
     out = tmp_path / "out"
-    proc, started = _interrupt(dataset, str(out), fs, str(out), sig, {}, extra)
+    scratch = tmp_path / "tmp"  # the run's TMPDIR: Beam's local temporary folder goes there
+    scratch.mkdir()
+    proc, started = _interrupt(dataset, str(out), fs, str(out), sig, {"TMPDIR": str(scratch)}, extra)
     kept = _check_interrupted(proc, sig, fs, str(out), started)
+    assert list(scratch.iterdir()) == []  # nothing left behind outside the output either
     reference = references(extra)
     if extra:  # every file of two parts (an episode each)
         assert {k for k in reference if k.startswith("episodes/")} == {
