@@ -51,8 +51,8 @@ def encode(path: str | os.PathLike, *, codec: str = "libx264", frames: int = 30,
     """Encode a short synthetic clip (random noise with `noise`, for a large mdat); returns `path`.
 
     The encode runs in the test process's encoding child (tests/isolated.py says why)."""
-    run_isolated(_encode_here, str(Path(path).absolute()), codec=codec, frames=frames, width=width, height=height, fps=fps,
-                 options=options, faststart=faststart, audio=audio, second_video=second_video,
+    run_isolated(_encode_here, str(Path(path).absolute()), codec=codec, frames=frames, width=width, height=height,
+                 fps=fps, options=options, faststart=faststart, audio=audio, second_video=second_video,
                  second_size=tuple(second_size), noise=noise)
     return Path(path)
 
