@@ -28,6 +28,7 @@ what it cost before, nothing breaks).
 from __future__ import annotations
 
 import functools
+import importlib
 import logging
 import sys
 import types
@@ -94,14 +95,23 @@ def tune_local_runner() -> None:
     _keep_option_views()
 
 
-def _sample_less_often() -> None:
+def _untuned(module: str, owner: str, name: str):
+    """(the object holding Beam's `name`, its value), `owner` being `module` itself ("") or a class in it; None
+    when this Beam has no such thing (then nothing is tuned) or it is tuned already."""
     try:
-        from apache_beam.runners.worker import statesampler
-        base = statesampler.StateSampler
-        if not isinstance(base, type) or getattr(base, "_lerobot_tuned", False):
-            return
+        holder = importlib.import_module(module)
+        holder = getattr(holder, owner) if owner else holder
+        value = getattr(holder, name)
     except (ImportError, AttributeError):  # pragma: no cover - another Beam
+        return None
+    return None if getattr(value, "_lerobot_tuned", False) else (holder, value)
+
+
+def _sample_less_often() -> None:
+    found = _untuned("apache_beam.runners.worker.statesampler", "", "StateSampler")
+    if found is None or not isinstance(found[1], type):
         return
+    statesampler, base = found
 
     class StateSampler(base):
         _lerobot_tuned = True
@@ -114,13 +124,10 @@ def _sample_less_often() -> None:
 
 
 def _keep_dofn_specs() -> None:
-    try:
-        from apache_beam.transforms import userstate
-        original = userstate.get_dofn_specs
-    except (ImportError, AttributeError):  # pragma: no cover - another Beam
+    found = _untuned("apache_beam.transforms.userstate", "", "get_dofn_specs")
+    if found is None:
         return
-    if getattr(original, "_lerobot_tuned", False):
-        return
+    userstate, original = found
     cache: dict[tuple, tuple[frozenset, frozenset]] = {}
 
     @functools.wraps(original)
@@ -154,13 +161,10 @@ def _class_functions(cls: type) -> frozenset:
 
 
 def _keep_option_views() -> None:
-    try:
-        from apache_beam.options.pipeline_options import PipelineOptions
-        original = PipelineOptions.view_as
-    except (ImportError, AttributeError):  # pragma: no cover - another Beam
+    found = _untuned("apache_beam.options.pipeline_options", "PipelineOptions", "view_as")
+    if found is None:
         return
-    if getattr(original, "_lerobot_tuned", False):
-        return
+    options_class, original = found
     views: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
 
     @functools.wraps(original)
@@ -177,4 +181,4 @@ def _keep_option_views() -> None:
         return view
 
     view_as._lerobot_tuned = True
-    PipelineOptions.view_as = view_as
+    options_class.view_as = view_as
