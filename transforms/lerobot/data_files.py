@@ -295,9 +295,10 @@ class DataFileReader:
             # an earlier batch may have found the file's `index` wrong: the rest fail with it
             yield self._failed([(key, row) for key, row, _, _ in batch]) if self._error else self._read_batch(batch)
 
-    def _failed(self, episodes: Sequence[tuple[K, EpisodeRow]]) -> SliceBatch:
-        """The file's error, for each of `episodes`."""
-        ex = self._error
+    def _failed(self, episodes: Sequence[tuple[K, EpisodeRow]],
+                ex: Optional[LeRobotImportError] = None) -> SliceBatch:
+        """`ex` (default: the file's error), for each of `episodes`."""
+        ex = ex or self._error
         return SliceBatch(self.relative, None, tuple(
             EpisodeSlice(key, row, error=LeRobotImportError(ex.rule, ex.message, file=ex.file or self.relative,
                                                             episode_index=row.episode_index))
@@ -316,15 +317,11 @@ class DataFileReader:
         try:
             table = self._row_groups(g0, g1)
         except (pa.ArrowException, OSError, ValueError) as ex:
-            message = f"reading row groups {g0}..{g1 - 1} of the data file failed: {ex}"
-            return SliceBatch(relative, None, tuple(
-                EpisodeSlice(key, row, error=LeRobotImportError("data_file", message, file=relative,
-                                                                episode_index=row.episode_index))
-                for key, row, _, _ in batch))
+            return self._failed([(key, row) for key, row, _, _ in batch], LeRobotImportError(
+                "data_file", f"reading row groups {g0}..{g1 - 1} of the data file failed: {ex}", file=relative))
         span = table.slice(lo - int(groups.starts[g0]), hi - lo)
-        if self._index_checked_per_batch:
-            if self._check_batch_index(span, lo) is not None:
-                return self._failed([(key, row) for key, row, _, _ in batch])
+        if self._index_checked_per_batch and self._check_batch_index(span, lo) is not None:
+            return self._failed([(key, row) for key, row, _, _ in batch])
         # An episode without frames may lie outside the span: it gets an empty slice at its edge.
         return SliceBatch(relative, span, tuple(
             EpisodeSlice(key, row, min(max(first - lo, 0), hi - lo), end - first) for key, row, first, end in batch))
@@ -333,7 +330,8 @@ class DataFileReader:
         """None when the rows read hold the `index` values the footer's statistics promised; else the file's
         error as reading its `index` whole finds it (the error a file without statistics gets), kept for
         every later read of the file."""
-        values = span.column("index").to_numpy(zero_copy_only=False) if not span.column("index").null_count else None
+        column = span.column("index")
+        values = column.to_numpy(zero_copy_only=False) if not column.null_count else None
         expected = self._layout.first_index + first_row
         if values is not None and np.array_equal(values, np.arange(expected, expected + len(values))):
             return None
