@@ -141,7 +141,8 @@ def run(argv: Optional[Sequence[str]] = None, *, wait: bool = True, verbosity: i
     if is_dry_run(options):
         return dry_run(options, import_options)
     from pipelines import progress
-    if progress.local_run(options):
+    local = progress.local_run(options)
+    if local:
         from pipelines import local_runner
         local_runner.tune_local_runner()
     from transforms import run_limits
@@ -176,7 +177,7 @@ def run(argv: Optional[Sequence[str]] = None, *, wait: bool = True, verbosity: i
         targets = config.targets
         config = dataclasses.replace(config, targets=tuple(keepers))
         try:
-            with progress.showing(verbosity >= 0 and progress.local_run(options)):
+            with progress.showing(verbosity >= 0 and local):
                 result = run_interruptibly(build_pipeline(options, config))
         except Interrupted as ex:
             return stop_interrupted(config, ex.signum)

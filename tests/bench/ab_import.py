@@ -12,7 +12,6 @@ ratios to the floor's best and median. Every checkout's modules are compiled to 
 from __future__ import annotations
 
 import argparse
-import compileall
 import shutil
 import statistics
 import subprocess
@@ -40,9 +39,10 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=6)
     args = parser.parse_args()
     codes = [Path(c).resolve() for c in args.code]
+    sys.path.insert(0, str(REPO))
+    from tests.bench.bench_real_scale import compile_project
     for code in codes:
-        for package in ("pipelines", "transforms"):
-            compileall.compile_dir(str(code / package), quiet=1)
+        compile_project(code)
     work = Path(tempfile.mkdtemp(prefix="ab_import_"))
     floor, walls = [], {code: [] for code in codes}
     try:

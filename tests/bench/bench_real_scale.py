@@ -53,6 +53,14 @@ SAMPLES_PER_MP4 = 9000
 SAMPLE_BYTES = 200e6 / SAMPLES_PER_MP4
 
 
+def compile_project(root: Path) -> None:
+    """The project's modules at `root` compiled to bytecode, as an installed package has them: with an editable
+    install under PYTHONDONTWRITEBYTECODE (this workplace's default) every timed run would compile them again."""
+    import compileall
+    for package in ("pipelines", "transforms"):
+        compileall.compile_dir(str(root / package), quiet=1)
+
+
 def make_real_scale(root: Path, *, episodes: int = EPISODES, row_groups: str = "episode", seed: int = 0) -> Path:
     """The LeRobot-shaped dataset described above (episode lengths drawn from `seed`)."""
     from tests.bench.synth_dataset import make_dataset
@@ -104,11 +112,7 @@ def bench_import(work: Path, row_groups: str, rounds: int, reuse: bool = False) 
           f"(2 AV1 cameras, {SAMPLES_PER_MP4} samples max, g=2, sparse mdat); "
           f"{len(list((root / 'meta' / 'episodes').rglob('*.parquet')))} episodes files")
 
-    # The project's modules compiled to bytecode first, as an installed package has them: with an editable
-    # install under PYTHONDONTWRITEBYTECODE (this workplace's default) every run would compile them again.
-    import compileall
-    for package in ("pipelines", "transforms"):
-        compileall.compile_dir(str(REPO / package), quiet=1)
+    compile_project(REPO)
     print(f"load average at the start: {os.getloadavg()[0]:.2f} (2 cores shared: wall figures are noisy)")
     from pipelines import plan
     t0 = time.perf_counter()

@@ -109,13 +109,11 @@ def main() -> None:
     parser.add_argument("--fraction", type=float, default=0.5, help="share of episodes files committed at SIGINT")
     parser.add_argument("--workdir", default=None, help="where the outputs go (a temporary folder by default)")
     args = parser.parse_args()
+    sys.path.insert(0, str(REPO))
+    from tests.bench.bench_real_scale import compile_project, make_real_scale
     if args.make and not (Path(args.dataset) / "meta" / "info.json").exists():
-        sys.path.insert(0, str(REPO))
-        from tests.bench.bench_real_scale import make_real_scale
         make_real_scale(Path(args.dataset), episodes=args.make)
-    import compileall  # the project's bytecode first, as an installed package has it (see bench_real_scale)
-    for package in ("pipelines", "transforms"):
-        compileall.compile_dir(str(REPO / package), quiet=1)
+    compile_project(REPO)
     files = len(list(Path(args.dataset).glob("meta/episodes/*/*.parquet")))
     at = max(1, round(files * args.fraction))
     work = Path(args.workdir or tempfile.mkdtemp(prefix="bench_resume_"))
