@@ -18,7 +18,7 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
-from typing import Optional
+from typing import Optional, Sequence
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -84,11 +84,16 @@ def imported_sample(base: Path) -> tuple[Path, Path]:
     return dataset, out
 
 
-def run_python(code: str, *, timeout: int = 120) -> list[str]:
+def run_python(code: str, *, timeout: int = 120, env: Optional[dict] = None, unset: Sequence[str] = ()) -> list[str]:
     """Run `code` in a fresh interpreter with the repository importable (so nothing this test process
-    imported can hide what it loads); its stdout lines. Fails the test, with its stderr, if it fails."""
+    imported can hide what it loads); its stdout lines. Fails the test, with its stderr, if it fails.
+
+    Args:
+        env: variables set for it, over this process's environment.
+        unset: variables of this process's environment it does not get."""
+    base = {k: v for k, v in os.environ.items() if k not in unset}
     proc = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=timeout,
-                          env=dict(os.environ, PYTHONPATH=str(REPO)))
+                          env={**base, "PYTHONPATH": str(REPO), **(env or {})})
     assert proc.returncode == 0, proc.stderr[-3000:]
     return proc.stdout.splitlines()
 
