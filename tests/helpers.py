@@ -4,6 +4,8 @@ reference implementation (the oracle, `tests/oracle.py`).
 Test data:
 * `tests/data/lerobot/<name>/`: small datasets written by LeRobot's own writer, with what LeRobot returned
   for them (`expected_items/`, `language/expected/`). Always there: `lerobot_dataset(name)`.
+* `tests/data/lerobot061/<name>/`: datasets written by LeRobot 0.6.1 (depth cameras), with what LeRobot 0.6.1
+  returned for them (`expected_items/`). Always there: `lerobot061_dataset(name)`.
 * `tests/data/so101_av1`: the quick-start sample (the same files as `tests/data/lerobot/so101_av1`).
 * Third-party published datasets are never copied into the project: their tests look for them in
   `../shared/corpus/third_party/` (or `$LEROBOT_SHARED/corpus/third_party/`) and skip, naming the
@@ -27,6 +29,7 @@ import pytest
 REPO = Path(__file__).resolve().parents[1]
 DATA = REPO / "tests" / "data"
 LEROBOT_DATA = DATA / "lerobot"
+LEROBOT061_DATA = DATA / "lerobot061"
 SAMPLE = DATA / "so101_av1"
 THIRD_PARTY = Path(os.environ.get("LEROBOT_SHARED", REPO.parent / "shared")) / "corpus" / "third_party"
 
@@ -42,6 +45,14 @@ from tests.oracle import OracleError, reference_episodes, spiral_missing  # noqa
 def lerobot_dataset(name: str) -> Path:
     """A LeRobot-writer dataset of the project (`tests/data/lerobot/<name>`); fails if it is missing."""
     path = LEROBOT_DATA / name
+    assert (path / "meta" / "info.json").is_file(), f"test dataset {path} is missing from the project"
+    return path
+
+
+def lerobot061_dataset(name: str) -> Path:
+    """A dataset written by LeRobot 0.6.1 (`tests/data/lerobot061/<name>`: depth_video, depth_image); fails if
+    it is missing."""
+    path = LEROBOT061_DATA / name
     assert (path / "meta" / "info.json").is_file(), f"test dataset {path} is missing from the project"
     return path
 

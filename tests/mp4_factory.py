@@ -35,6 +35,7 @@ except ImportError:  # imported with tests/ itself on sys.path (the bench script
 
 #: The LeRobot-writer datasets of the project.
 CORPUS = Path(__file__).resolve().parent / "data" / "lerobot"
+LEROBOT061 = Path(__file__).resolve().parent / "data" / "lerobot061"
 
 #: Boxes whose payload is a list of boxes (the rewriter descends into them).
 CONTAINERS = {b"moov", b"trak", b"mdia", b"minf", b"stbl", b"edts", b"dinf", b"mvex", b"udta", b"moof", b"traf"}

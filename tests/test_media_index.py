@@ -25,7 +25,8 @@ from transforms.mp4.ranges import BytesRangeReader
 from transforms.mp4.tables import MediaIndex
 
 LOCAL = fsspec.filesystem("file")
-CORPUS_MP4S = sorted(str(p) for p in F.CORPUS.glob("*/videos/**/*.mp4"))
+CORPUS_MP4S = sorted(str(p) for p in F.CORPUS.glob("*/videos/**/*.mp4")) + \
+    sorted(str(p) for p in F.LEROBOT061.glob("*/videos/**/*.mp4"))  # LeRobot 0.6.1's depth clip: HEVC gray12le
 needs_oracle = pytest.mark.skipif(not F.spiral_available(), reason="spiral-sdk (the reference) is not importable")
 
 

@@ -11,6 +11,7 @@ import json
 import pyarrow as pa
 
 from transforms.language import columns as language_columns
+from transforms.lerobot import depth as depth_lib
 from transforms.episode import spql_types
 from transforms.lerobot.info import DatasetInfo, Feature
 from transforms.errors import LeRobotImportError
@@ -76,7 +77,17 @@ def videos_type(info: DatasetInfo) -> pa.StructType:
     return pa.struct([pa.field(f.name, video_entry_type(), nullable=False) for f in info.video_features])
 
 
+def depth_specs(info: DatasetInfo) -> dict[str, depth_lib.DepthSpec]:
+    """The dataset's depth cameras (video or image features whose info says `is_depth_map`), by name."""
+    found = {f.name: depth_lib.depth_spec(f.dtype, f.info) for f in info.features}
+    return {name: spec for name, spec in found.items() if spec is not None}
+
+
 def episode_schema(info: DatasetInfo) -> pa.Schema:
+    """The episode type. A depth camera is typed as any camera (its clip, or its encoded image), as the
+    reference types it; what a reader needs to turn its pixels into depth (unit, quantization, pixel format)
+    is in the schema's metadata (`depth.DEPTH_METADATA_KEY`), which the schema's fields and the reference's
+    equality leave alone, and which only a dataset with depth cameras has."""
     fields = [
         pa.field("episode_index", pa.int64(), nullable=False),
         pa.field("tasks", pa.list_(pa.field("item", pa.utf8(), nullable=False)), nullable=False),
@@ -85,4 +96,4 @@ def episode_schema(info: DatasetInfo) -> pa.Schema:
     ]
     if info.video_features:
         fields.append(pa.field("videos", videos_type(info), nullable=False))
-    return pa.schema(fields)
+    return pa.schema(fields, metadata=depth_lib.specs_to_metadata(depth_specs(info)) or None)

@@ -220,8 +220,19 @@ class Episode:
             return []
         return [f.name for f in self._record.schema.field("videos").type]
 
+    @property
+    def depth_specs(self) -> dict:
+        """The depth cameras (video or image features) by name, as `lerobot.depth.DepthSpec`: what turns their
+        pixels into depth. Empty when the import has none."""
+        from transforms.lerobot.depth import specs_from_metadata
+        try:
+            return specs_from_metadata(self._record.schema.metadata)
+        except ValueError as ex:
+            raise ReaderError(f"episode {self.episode_index}: {ex}") from None
+
     def video(self, camera: str, *, tolerance: Optional[float] = None) -> VideoHandle:
-        """A seekable handle on `camera`'s clip.
+        """A seekable handle on `camera`'s clip (a depth camera's frames are de-quantized depth, see
+        `VideoHandle.frames_at`).
 
         Args:
             camera: the video feature's name.
@@ -239,7 +250,8 @@ class Episode:
         return camera_handle(self.access, self.episode_index, camera, uri,
                              lambda: track_tables(uri, index, self.access.cache_key) if valid else None,
                              start_ns=_ns(clip.field("start")), end_ns=_ns(clip.field("end")),
-                             origin_ns=_ns(entry.field("time_origin")), length=self.length, tolerance=tolerance)
+                             origin_ns=_ns(entry.field("time_origin")), length=self.length, tolerance=tolerance,
+                             depth=self.depth_specs.get(camera))
 
     def _camera_entry(self, camera: str) -> tuple[pa.StructArray, str]:
         """(the camera's `videos` entry, its clip's file URI)."""
@@ -276,7 +288,7 @@ def _confined(uri: str, roots: tuple[str, ...]) -> bool:
 
 def camera_handle(access: VideoAccess, episode_index: int, camera: str, uri: Optional[str],
                   tracks: Callable[[], Optional[TrackTables]], *, start_ns: int, end_ns: int, origin_ns: int,
-                  length: Optional[int], tolerance: Optional[float] = None) -> VideoHandle:
+                  length: Optional[int], tolerance: Optional[float] = None, depth: Any = None) -> VideoHandle:
     """The `VideoHandle` of one camera of one episode, its file checked against the roots the reader reads.
 
     Args:
@@ -287,6 +299,7 @@ def camera_handle(access: VideoAccess, episode_index: int, camera: str, uri: Opt
         start_ns, end_ns, origin_ns: the clip on the file's clock and the episode time of stream time 0.
         length: the episode's length in frames.
         tolerance: overrides the access's tolerance (seconds).
+        depth: the camera's `lerobot.depth.DepthSpec` when it is a depth map.
     Raises:
         ReaderError: the clip names no file, the file is outside the roots, or it has no MediaIndex.
     """
@@ -306,7 +319,7 @@ def camera_handle(access: VideoAccess, episode_index: int, camera: str, uri: Opt
         uri = access.relocate(uri)
     return VideoHandle(uri=uri, clip_start_ns=start_ns, clip_end_ns=end_ns, time_origin_ns=origin_ns, track=track,
                        source=_open(access.open_file or ranges.open_uri, uri), frame_count=length,
-                       tolerance=access.tolerance if tolerance is None else tolerance)
+                       tolerance=access.tolerance if tolerance is None else tolerance, depth=depth)
 
 
 def _open(opener: Callable[[str], ranges.RangeReader], uri: str) -> ranges.RangeReader:

@@ -9,9 +9,17 @@ layout) one item per frame, in the import's episode order. Item `i` is the dict 
   bool, shapes as the dataset declares them (a shape-[1] feature is a scalar); string features stay
   strings; `timestamp`, `frame_index`, `episode_index`, `index`, `task_index` included;
 * each camera (video features and image features) as float32 C x H x W in [0, 1] (`uint8 / 255`;
-  with `camera_dtype="uint8"` the uint8 values themselves, to convert on the training device); a
+  with `camera_dtype="uint8"`, LeRobot's `return_uint8=True`, a video camera's uint8 values themselves, to
+  convert on the training device; image features stay float32 then, as LeRobot returns them); a
   video frame's tensor is a channels-first view of channels-last memory (no transposing copy), equal
   to LeRobot's contiguous one, and `default_collate` batches are contiguous;
+* each depth camera (`is_depth_map` in info.json; video of 12-bit codes, or 16-bit TIFF images) as
+  LeRobot 0.6.1 returns it in every mode: float32 1 x H x W depth, de-quantized from the codes with the
+  camera's depth_min / depth_max / shift / use_log, in millimetres rounded to whole ones (`depth_unit="m"`:
+  metres, LeRobot's `depth_output_unit`);
+* `language_persistent` / `language_events` (when the dataset has them): the frame's rows as LeRobot 0.6.1
+  returns them, lists of row dicts (role, content, style, timestamp (persistent rows only), camera,
+  tool_calls);
 * `task`: the task string of the frame's `task_index` (row `task_index` of the dataset's
   meta/tasks.parquet, as LeRobot looks it up);
 * with `delta_timestamps={key: [seconds]}`: the key's values at those offsets, stacked, each offset
@@ -20,8 +28,8 @@ layout) one item per frame, in the import's episode order. Item `i` is the dict 
   of one offset comes back without its window axis, as LeRobot's `squeeze(0)` leaves it;
 * `image_transforms(frame)` applied to every camera of the item, after the windows;
 * with `recipe=`: the frame's `messages`, `message_streams` and `target_message_indices` as
-  LeRobot's `RenderMessagesStep` renders them (the task fallback included). The language columns
-  themselves are not in the item. Batch such items with `ImportedFrames.collate`.
+  LeRobot's `RenderMessagesStep` renders them (the task fallback included). Batch items with language
+  columns or messages with `ImportedFrames.collate`.
 
 Camera frames are decoded from the GOPs they need, read by byte range through the MediaIndex (the
 MP4's moov is never read) and kept in a small per-process cache of decode streams (`GopCache`), so
@@ -54,6 +62,7 @@ import pyarrow as pa
 
 from transforms import storage
 from transforms.errors import LeRobotImportError
+from transforms.lerobot import depth as depth_lib
 from transforms.lerobot.tasks import TASKS_PATH, frame_tasks, read_tasks
 from transforms.episode import spql_types
 from transforms.reader.episode import Episode, camera_handle, field_values
@@ -68,7 +77,8 @@ except ImportError:  # pragma: no cover - exercised only where torch is absent
 
 __all__ = ["FramesError", "ImportedFrames", "closure_starts"]
 
-#: Frame fields that hold language annotations: rendered through `recipe=`, never tensors.
+#: Frame fields that hold language annotations: lists of row dicts in every item (and rendered through
+#: `recipe=`), never tensors.
 LANGUAGE_FIELDS = ("language_persistent", "language_events")
 #: Keys a recipe adds to an item.
 MESSAGE_KEYS = ("messages", "message_streams", "target_message_indices")
@@ -130,9 +140,10 @@ class _Feature:
     """One frame field: how it becomes part of an item."""
 
     name: str
-    kind: str                 # "numeric", "string", "image"
+    kind: str                 # "numeric", "string", "image", "language"
     shape: tuple[int, ...]    # per frame ("numeric" only)
     dtype: Any                # numpy dtype of the item ("numeric" only)
+    depth: Optional[depth_lib.DepthSpec] = None  # an image feature that is a depth map
 
 
 def _item_dtype(t: pa.DataType) -> Optional[np.dtype]:
@@ -147,11 +158,12 @@ def _item_dtype(t: pa.DataType) -> Optional[np.dtype]:
     return None
 
 
-def _features(frames_type: pa.StructType) -> list[_Feature]:
+def _features(frames_type: pa.StructType, depth: Mapping[str, depth_lib.DepthSpec]) -> list[_Feature]:
     out = []
     for f in frames_type:
         t = f.type
         if f.name in LANGUAGE_FIELDS:
+            out.append(_Feature(f.name, "language", (), None))
             continue
         if isinstance(t, pa.FixedShapeTensorType):
             dtype = _item_dtype(t.value_type)
@@ -162,13 +174,25 @@ def _features(frames_type: pa.StructType) -> list[_Feature]:
         elif pa.types.is_string(t) or pa.types.is_large_string(t):
             out.append(_Feature(f.name, "string", (), None))
         elif isinstance(t, pa.ExtensionType) and t.extension_name == "spql.EncodedImage":
-            out.append(_Feature(f.name, "image", (), None))
+            out.append(_Feature(f.name, "image", (), None, depth.get(f.name)))
     return out
 
 
-def _decode_image(data: Optional[bytes], where: str, uint8: bool = False):
+def _language_rows(value: Any) -> Any:
+    """A frame's language column as LeRobot 0.6.1 returns it in an item: its list of row dicts, each with the
+    fields of the column's row type in order (event rows have no `timestamp`), each tool call the JSON object
+    it holds (the column stores it as JSON text, LeRobot's loader gives it parsed)."""
+    if value is None:
+        return None
+    return [{**row, "tool_calls": [json.loads(c) if isinstance(c, str) else c for c in row["tool_calls"]]}
+            if row.get("tool_calls") else dict(row) for row in value]  # copies: the group's rows stay as read
+
+
+def _decode_image(data: Optional[bytes], where: str, uint8: bool = False,
+                  depth: Optional[depth_lib.DepthSpec] = None, depth_unit: str = "mm"):
     """An encoded image as LeRobot's loader gives it: PIL decodes it, torchvision's ToTensor makes it
-    C x H x W, 8-bit images float32 in [0, 1] (or left uint8 with `uint8`)."""
+    C x H x W, 8-bit images float32 in [0, 1] (left uint8 with `uint8`); a depth image (16-bit TIFF) its
+    depth as float32 1 x H x W in `depth_unit`."""
     torch = _torch()
     if data is None:
         raise FramesError(f"{where}: the image is null (LeRobot cannot return a null image either)")
@@ -184,6 +208,10 @@ def _decode_image(data: Optional[bytes], where: str, uint8: bool = False):
         raise FramesError(f"{where}: the image does not decode ({type(ex).__name__}: {ex})") from None
     if mode == "1":
         arr = arr.astype(np.uint8) * 255
+    if depth is not None:
+        if arr.ndim == 3:
+            arr = arr[:, :, 0]
+        return torch.from_numpy(depth_lib.image_depth(arr, depth, depth_unit)[None])
     if arr.ndim == 2:
         arr = arr[:, :, None]
     t = torch.from_numpy(np.ascontiguousarray(arr.transpose(2, 0, 1)))
@@ -354,9 +382,12 @@ class ImportedFrames(_Dataset):
         decode_threads: threads that decode an item's cameras at the same time (one camera each); None: one
             per camera up to the CPUs this process may use, in the process that made the dataset, and 1 in a
             DataLoader worker (the loader's processes already keep the CPUs busy).
-        camera_dtype: "float32" (LeRobot's: C x H x W in [0, 1]) or "uint8" (the decoded 0..255 values, a
-            quarter of the bytes through the DataLoader; `batch.float().div_(255)` on the training device
-            gives LeRobot's tensor bit for bit).
+        camera_dtype: "float32" (LeRobot's: C x H x W in [0, 1]) or "uint8" (LeRobot's `return_uint8=True`:
+            a video camera's decoded 0..255 values, a quarter of the bytes through the DataLoader;
+            `batch.float().div_(255)` on the training device gives LeRobot's tensor bit for bit; image features
+            and depth cameras are float32 either way, as LeRobot returns them).
+        depth_unit: the unit of depth cameras' frames, "mm" (LeRobot's default `depth_output_unit`, whole
+            millimetres) or "m".
     Raises:
         FramesError: unknown `delta_timestamps` keys or episodes, offsets that are not whole frames.
         ReaderError: the import cannot be read.
@@ -368,7 +399,7 @@ class ImportedFrames(_Dataset):
                  recipe: Any = None, tolerance_s: float = DEFAULT_TOLERANCE,
                  allowed_roots: Optional[Sequence[str]] = None, cache_gops: int = 8,
                  camera_dtype: str = "float32", dataset_root: Optional[str] = None,
-                 decode_threads: Optional[int] = None) -> None:
+                 decode_threads: Optional[int] = None, depth_unit: str = "mm") -> None:
         _torch()
         if decode_threads is not None and not (isinstance(decode_threads, int) and decode_threads >= 1):
             raise FramesError(f"decode_threads={decode_threads!r:.100} is not a whole number >= 1 (or None: one "
@@ -377,6 +408,10 @@ class ImportedFrames(_Dataset):
         if camera_dtype not in CAMERA_DTYPES:
             raise FramesError(f"camera_dtype={camera_dtype!r} is not one of {', '.join(map(repr, CAMERA_DTYPES))}")
         self.camera_dtype = camera_dtype
+        if depth_unit not in depth_lib.DEPTH_UNITS:
+            raise FramesError(f"depth_unit={depth_unit!r:.100} is not one of "
+                              f"{', '.join(map(repr, depth_lib.DEPTH_UNITS))} (LeRobot's depth_output_unit)")
+        self.depth_unit = depth_unit
         self.root = storage.normalize_root(str(import_root))
         self.tolerance_s = float(tolerance_s)
         self.allowed_roots = None if allowed_roots is None else [str(r) for r in allowed_roots]
@@ -394,7 +429,12 @@ class ImportedFrames(_Dataset):
         if not self._row_groups:
             raise ReaderError(f"the import at {self.root} holds no episodes")
         schema = _parquet_read(self._row_groups[0].part, lambda pf: pf.schema_arrow)
-        self.features = _features(schema.field("frames").type.value_type)
+        try:
+            #: The depth cameras (video or image features), by name: what turns their pixels into depth.
+            self.depth = depth_lib.specs_from_metadata(schema.metadata)
+        except ValueError as ex:
+            raise ReaderError(f"the import at {self.root}: {ex}") from None
+        self.features = _features(schema.field("frames").type.value_type, self.depth)
         self.cameras = [f.name for f in schema.field("videos").type] if "videos" in schema.names else []
         self.image_keys = [f.name for f in self.features if f.kind == "image"]
         self.camera_keys = self.cameras + self.image_keys
@@ -754,6 +794,18 @@ class ImportedFrames(_Dataset):
         except ReaderError as ex:
             raise FramesError(f"{where}, camera {camera}: {ex}") from None
         first = frames[0]
+        spec = self.depth.get(camera)
+        if spec is not None or first.dtype == np.uint16:  # a depth map: its codes, de-quantized as LeRobot does
+            if spec is None:
+                raise FramesError(f"{where}, camera {camera}: its video holds depth codes (one plane of "
+                                  f"{first.dtype.itemsize * 8}-bit pictures) but the import does not type it as a "
+                                  "depth camera (info.json has no `is_depth_map: true` for it)")
+            if first.dtype != np.uint16:
+                raise FramesError(f"{where}, camera {camera}: info.json declares a depth map but its video decodes "
+                                  "to colour pictures, not depth codes")
+            depth = depth_lib.dequantize(np.stack(frames), spec, self.depth_unit)  # N x H x W x 1 float32
+            out = torch.from_numpy(depth).permute(0, 3, 1, 2)
+            return out[0] if one else out
         if self.camera_dtype == "uint8":  # a copy: the frames are the cache's
             if one:
                 return torch.from_numpy(first.copy()).permute(2, 0, 1)
@@ -826,8 +878,10 @@ class ImportedFrames(_Dataset):
         deltas = self.delta_indices or {}
         n = prep.length
         item: dict[str, Any] = {}
-        uint8 = self.camera_dtype == "uint8"
         for f in self.features:
+            if f.kind == "language":  # every item carries the frame's rows, as LeRobot 0.6.1 returns them
+                item[f.name] = _language_rows(prep.others[f.name][pos])
+                continue
             rows = pos if f.name not in deltas else np.clip(pos + np.asarray(deltas[f.name]), 0, n - 1)
             null = prep.nulls.get(f.name)
             if null is not None and np.any(null[rows]):
@@ -836,11 +890,12 @@ class ImportedFrames(_Dataset):
                 item[f.name] = torch.from_numpy(np.array(prep.values[f.name][rows]))
             elif f.kind == "string":
                 item[f.name] = prep.others[f.name][pos]
-            elif np.ndim(rows):
-                item[f.name] = torch.stack([_decode_image(prep.others[f.name][r], where, uint8)
-                                            for r in rows.tolist()])
+            elif np.ndim(rows):  # images are float32 with camera_dtype="uint8" too, as LeRobot's return_uint8
+                item[f.name] = torch.stack([_decode_image(prep.others[f.name][r], where, depth=f.depth,
+                                                          depth_unit=self.depth_unit) for r in rows.tolist()])
             else:
-                item[f.name] = _decode_image(prep.others[f.name][rows], where, uint8)
+                item[f.name] = _decode_image(prep.others[f.name][rows], where, depth=f.depth,
+                                             depth_unit=self.depth_unit)
         for key, d in deltas.items():
             at = pos + np.asarray(d, np.int64)
             item[f"{key}_is_pad"] = torch.from_numpy((at < 0) | (at >= n))
@@ -860,8 +915,8 @@ class ImportedFrames(_Dataset):
 
     @staticmethod
     def collate(batch: Sequence[dict]) -> dict:
-        """`torch.utils.data.default_collate`, except that the recipe's lists (`messages`, ...) stay lists
-        of per-item values (their lengths differ between items).
+        """`torch.utils.data.default_collate`, except that the recipe's lists (`messages`, ...) and the language
+        columns stay lists of per-item values (their lengths differ between items).
 
         Args:
             batch: items.
@@ -869,7 +924,7 @@ class ImportedFrames(_Dataset):
         from torch.utils.data import default_collate
         if not batch:
             return {}
-        kept = {k: [item[k] for item in batch] for k in MESSAGE_KEYS if k in batch[0]}
+        kept = {k: [item[k] for item in batch] for k in MESSAGE_KEYS + LANGUAGE_FIELDS if k in batch[0]}
         rest = default_collate([{k: v for k, v in item.items() if k not in kept} for item in batch])
         return {**rest, **kept}
 

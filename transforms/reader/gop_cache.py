@@ -45,7 +45,7 @@ import numpy as np
 from transforms import storage
 from transforms.errors import LeRobotImportError
 from transforms.mp4 import ranges
-from transforms.reader.seek import ReaderError, TrackTables, _codec_context
+from transforms.reader.seek import ReaderError, TrackTables, _codec_context, code_array, is_code_frame
 
 __all__ = ["GopCache", "gop_end"]
 
@@ -210,7 +210,8 @@ class GopCache:
 
     def frames(self, uri: str, track: TrackTables, samples: np.ndarray,
                firsts: Optional[np.ndarray] = None) -> list[np.ndarray]:
-        """The RGB frames (H x W x 3 uint8) of decode indices `samples` of the file `uri`.
+        """The RGB frames (H x W x 3 uint8; a depth map's codes, H x W x 1 uint16) of decode indices `samples` of
+        the file `uri`.
 
         Args:
             uri: the video file.
@@ -360,7 +361,10 @@ class GopCache:
     def _rgb(self, frame: Any) -> np.ndarray:
         """The frame as RGB24 H x W x 3. One converter per frame geometry: a frame's own
         `to_ndarray(format=...)` sets up a new scaler each time, which costs more than decoding a small
-        frame (the pixels are the same either way)."""
+        frame (the pixels are the same either way). A depth map's frame (one plane of more than 8 bits) is
+        its codes instead, H x W x 1 uint16 (`seek.code_array`)."""
+        if is_code_frame(frame):
+            return code_array(frame)
         key = (frame.width, frame.height, frame.format.name)
         convert = self._reformatters.get(key)
         if convert is None:

@@ -27,7 +27,7 @@ from __future__ import annotations
 import dataclasses
 import json
 from fractions import Fraction
-from typing import Optional, Sequence
+from typing import Any, Optional, Sequence
 
 import numpy as np
 import pyarrow as pa
@@ -56,6 +56,19 @@ SKIP_NONREF = {"h264": True, "h265": True, "av1": False}
 _VISUAL_ENTRY_FIXED = 78
 #: Episode times beyond this many seconds cannot be nanoseconds in int64 (292 years).
 _MAX_SECONDS = 9.2e9
+#: Decoded pixel formats of depth maps (one plane of more than 8 bits, e.g. LeRobot's gray12le): their frames
+#: are the codes themselves (H x W x 1 uint16), never converted to RGB, which would keep 8 of their bits.
+CODE_PIXEL_FORMATS = frozenset(f"gray{b}{e}" for b in (9, 10, 12, 14, 16) for e in ("le", "be"))
+
+
+def is_code_frame(frame) -> bool:
+    """Whether a decoded PyAV frame holds depth codes (see CODE_PIXEL_FORMATS)."""
+    return frame.format.name in CODE_PIXEL_FORMATS
+
+
+def code_array(frame) -> np.ndarray:
+    """A depth frame's codes, H x W x 1 uint16 in native byte order."""
+    return np.ascontiguousarray(frame.to_ndarray(), dtype=np.uint16)[:, :, None]
 
 
 class ReaderError(Exception):
@@ -241,6 +254,8 @@ class VideoHandle:
         threads: decoder threads.
         frame_count: the episode's length in frames, when known: the clip then covers that many
             frames from its start even when its end falls short (see the module docstring).
+        depth: the camera's `lerobot.depth.DepthSpec` when it is a depth map (its frames are then
+            de-quantized depth, see `frames_at`).
     """
 
     uri: str
@@ -252,6 +267,7 @@ class VideoHandle:
     tolerance: float = DEFAULT_TOLERANCE
     threads: int = 1
     frame_count: Optional[int] = None
+    depth: Optional[Any] = None
 
     # -- time mapping --------------------------------------------------------------------------
 
@@ -329,17 +345,25 @@ class VideoHandle:
             groups.setdefault(self.track.closure_start(s), set()).add(s)
         return [Closure(first, max(targets), tuple(sorted(targets))) for first, targets in sorted(groups.items())]
 
-    def frame_at(self, t: float) -> np.ndarray:
-        """The frame presented nearest episode time `t` (seconds): RGB uint8, H×W×3."""
-        return self.frames_at([t])[0]
+    def frame_at(self, t: float, *, raw: bool = False, depth_unit: str = "mm") -> np.ndarray:
+        """The frame presented nearest episode time `t` (seconds): `frames_at([t], ...)[0]`."""
+        return self.frames_at([t], raw=raw, depth_unit=depth_unit)[0]
 
-    def frames_at(self, times: Sequence[float]) -> np.ndarray:
-        """Frames nearest each episode time (seconds), N×H×W×3 RGB uint8 (each closure decoded once)."""
+    def frames_at(self, times: Sequence[float], *, raw: bool = False, depth_unit: str = "mm") -> np.ndarray:
+        """Frames nearest each episode time (seconds), each closure decoded once: N×H×W×3 RGB uint8; for a depth
+        camera N×H×W×1 float32 depth as LeRobot de-quantizes it (in `depth_unit`, "mm" or "m"), or with `raw`
+        the 12-bit codes as stored (uint16)."""
         samples = self.track.order[self.locate(times)]
         decoded: dict[int, np.ndarray] = {}
         for closure in self.plan(times):
             decoded.update(self._decode(closure))
-        return np.stack([decoded[s] for s in samples.tolist()]) if len(samples) else np.zeros((0, 0, 0, 3), np.uint8)
+        if not len(samples):
+            return np.zeros((0, 0, 0, 3), np.uint8)
+        out = np.stack([decoded[s] for s in samples.tolist()])
+        if self.depth is not None and not raw and out.dtype == np.uint16:
+            from transforms.lerobot.depth import dequantize
+            return dequantize(out, self.depth, depth_unit)
+        return out
 
     def _read(self, starts: np.ndarray, ends: np.ndarray) -> list[bytes]:
         try:
@@ -368,7 +392,7 @@ class VideoHandle:
             for fr in frames:
                 s = want.get(fr.pts)
                 if s is not None and s not in out:
-                    out[s] = fr.to_ndarray(format="rgb24")
+                    out[s] = code_array(fr) if is_code_frame(fr) else fr.to_ndarray(format="rgb24")
 
         # Non-reference frames that are not targets are never needed: let the decoder skip them
         # (H.264/HEVC read the NAL header's reference flag; the pixels of every target are unchanged).
