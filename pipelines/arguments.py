@@ -65,7 +65,8 @@ def add_import_arguments(parser) -> None:
                              "errors of their episodes files, which then fail (rule quality). Default: every "
                              "check only warns (OUT/quality/ and the manifest's `quality` list the findings). "
                              "The checks: timestamp_grid, timestamp_steps, video_samples, dataset_totals, "
-                             "episode_tasks, undeclared_columns, non_finite, frozen_feature, episode_rows.")
+                             "episode_tasks, undeclared_columns, non_finite, frozen_feature, episode_rows, "
+                             "depth_features.")
     defaults = ",".join(f"{phase}={seconds:.0f}" for phase, seconds in DEFAULT_DEADLINES_S.items())
     parser.add_argument("--phase_deadline", "--phase-deadline", dest="phase_deadline", default=None,
                         metavar="PHASE=SECONDS,...",

@@ -81,6 +81,11 @@ def lerobot_corpus() -> list[Path]:
     return sorted(p for p in LEROBOT_DATA.iterdir() if (p / "meta" / "info.json").exists())
 
 
+def lerobot061_corpus() -> list[Path]:
+    """Every dataset of the project written by LeRobot 0.6.1 (depth cameras), by name."""
+    return sorted(p for p in LEROBOT061_DATA.iterdir() if (p / "meta" / "info.json").exists())
+
+
 def copy_dataset(src: Path, dest: Path) -> Path:
     shutil.copytree(src, dest, ignore=shutil.ignore_patterns("expected"))
     return dest

@@ -1,6 +1,7 @@
 """Conformance with the reference implementation: for every LeRobot-writer dataset of the project
-(tests/data/lerobot) and every one of its episodes files, our episodes equal spiral-sdk's
-`spql.lerobot.episodes` output (tests/oracle.py) — schema and every value, MediaIndex included.
+(tests/data/lerobot, and LeRobot 0.6.1's depth datasets in tests/data/lerobot061) and every one of its
+episodes files, our episodes equal spiral-sdk's `spql.lerobot.episodes` output (tests/oracle.py) — schema and
+every value, MediaIndex included.
 
 The `language` dataset is one the reference rejects (dtype `language`); its conformance is checked on
 a copy without the two language features, and the full import is checked in test_language_import.py.
@@ -16,10 +17,12 @@ import pyarrow.parquet as pq
 import pytest
 
 from tests.arrow_compare import rows, schema_signature
-from tests.helpers import (SAMPLE, OracleError, copy_dataset, lerobot_corpus, read_manifest, run_import,
-                           run_oracle, spiral_available)
+from tests.helpers import (SAMPLE, OracleError, copy_dataset, lerobot061_corpus, lerobot_corpus, read_manifest,
+                           run_import, run_oracle, spiral_available)
 
-DATASETS = lerobot_corpus()
+# LeRobot 0.6.1's depth datasets too: the reference types a depth camera as any camera, and so does the import
+# (its depth facts are in the schema's metadata, which the equality leaves alone)
+DATASETS = lerobot_corpus() + lerobot061_corpus()
 
 
 def _reference_ready(name: str, root: Path, tmp: Path) -> Path:
@@ -100,7 +103,8 @@ def test_default_layout_moves_index_to_media_index(imported, oracle_dir):
 
 def test_datasets_are_there():
     """Conformance runs on every LeRobot-writer dataset of the project: none may silently go missing."""
-    assert [p.name for p in DATASETS] == ["h264_multi_file", "images_and_tensors", "language", "so101_av1"]
+    assert [p.name for p in DATASETS] == ["h264_multi_file", "images_and_tensors", "language", "so101_av1",
+                                          "depth_image", "depth_video"]
 
 
 def test_oracle_is_available(oracle_dir):

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import math
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -200,3 +201,95 @@ def test_language_columns_in_items_equal_lerobot061(imports):
     batch = ImportedFrames.collate([ds[0], ds[some[0]]])
     assert batch["language_events"] == [ds[0]["language_events"], ds[some[0]]["language_events"]]
     assert batch["observation.state"].shape[0] == 2
+
+
+def _edited(tmp_path, name: str, edit) -> Path:
+    from tests.helpers import copy_dataset
+
+    root = copy_dataset(lerobot061_dataset(name), tmp_path / name)
+    info_path = root / "meta" / "info.json"
+    info = json.loads(info_path.read_text())
+    edit(info["features"])
+    info_path.write_text(json.dumps(info, indent=4))
+    return root
+
+
+@pytest.mark.parametrize("declared", ["depth_as_colour", "colour_as_depth"])
+def test_depth_declared_against_the_mp4_is_a_clear_error(tmp_path, declared):
+    """info.json declaring a depth map over a colour MP4 (or a colour camera over the depth MP4) fails the
+    episodes file with rule depth_mismatch, naming the feature, the file and what it holds; nothing is written."""
+    def edit(features):
+        if declared == "depth_as_colour":
+            features[DEPTH]["info"]["is_depth_map"] = False
+        else:
+            features["observation.images.front"]["info"]["is_depth_map"] = True
+
+    root = _edited(tmp_path, "depth_video", edit)
+    out = tmp_path / "out"
+    assert run_import(root, out) != 0
+    errors = [json.loads(line) for line in (out / "errors.jsonl").read_text().splitlines()]
+    mismatches = [e for e in errors if e["rule"] == "depth_mismatch"]
+    assert mismatches and all(e["episodes_file"] == "meta/episodes/chunk-000/file-000.parquet" for e in errors)
+    e = mismatches[0]
+    if declared == "depth_as_colour":
+        assert e["file"] == f"videos/{DEPTH}/chunk-000/file-000.mp4"
+        assert f"feature `{DEPTH}` is declared a colour camera" in e["message"]
+        assert "one-plane (monochrome) 12-bit pictures, a depth encoding" in e["message"]
+        assert "`\"is_depth_map\": true`" in e["message"]
+    else:
+        assert e["file"] == "videos/observation.images.front/chunk-000/file-000.mp4"
+        assert "feature `observation.images.front` is declared a depth map" in e["message"]
+        assert "holds colour (YUV) 8-bit pictures, not depth codes" in e["message"]
+    assert not list((out / "episodes").rglob("*.parquet")) if (out / "episodes").exists() else True
+
+
+def test_episode_schema_carries_the_depth_facts(imports):
+    """The depth facts are in the episode schema's metadata (not in its fields, which equal the reference's);
+    an import without depth cameras has no such metadata."""
+    import pyarrow.parquet as pq
+
+    for name, stored in (("depth_video", "video"), ("depth_image", "image")):
+        _, out = imports(name)
+        part = next((Path(out) / "episodes").rglob("*.parquet"))
+        schema = pq.read_schema(part)
+        doc = json.loads(schema.metadata[depth_lib.DEPTH_METADATA_KEY])
+        assert list(doc) == [DEPTH]
+        want = {"stored": stored, "unit": "mm", "depth_min": 0.01, "depth_max": 10.0, "shift": 3.5, "use_log": True,
+                "pix_fmt": "gray12le"} if stored == "video" else \
+            {"stored": stored, "unit": "mm", "depth_min": None, "depth_max": None, "shift": None, "use_log": None,
+             "pix_fmt": None}  # a TIFF holds the depth itself: no quantization
+        assert doc[DEPTH] == want
+        assert all(not f.metadata or depth_lib.DEPTH_METADATA_KEY not in f.metadata for f in schema)
+    _, out = imports("language")
+    part = next((Path(out) / "episodes").rglob("*.parquet"))
+    assert depth_lib.DEPTH_METADATA_KEY not in (pq.read_schema(part).metadata or {})
+
+
+@pytest.mark.parametrize("name", ["depth_video", "depth_image"])
+def test_lerobot061_fields_import_without_a_complaint(imports, name):
+    """video.extra_options, video.preset null, has_audio, is_depth_map false: no warning, no quality finding."""
+    from tests.helpers import read_manifest
+
+    _, out = imports(name)
+    manifest = read_manifest(Path(out))
+    assert manifest["warnings"] == [] and manifest["quality"]["findings"] == 0
+    assert not (Path(out) / "errors.jsonl").exists() or (Path(out) / "errors.jsonl").read_text() == ""
+
+
+def test_import_names_a_depth_camera_without_its_quantization(tmp_path):
+    """The import's quality pass names it too (and still imports it, de-quantizing with LeRobot's defaults)."""
+    from tests.helpers import read_manifest
+
+    def edit(features):
+        for key in ("video.depth_min", "video.depth_max", "video.shift", "video.use_log"):
+            del features[DEPTH]["info"][key]
+
+    out = tmp_path / "out"
+    assert run_import(_edited(tmp_path, "depth_video", edit), out) == 0
+    checks = read_manifest(out)["quality"]["checks"]
+    assert list(checks) == ["depth_features"] and checks["depth_features"]["findings"] == 1
+    assert "lacks `video.depth_min`, `video.depth_max`, `video.shift`, `video.use_log`" in \
+        checks["depth_features"]["example"]
+    item = ImportedFrames(str(out))[5]  # the corpus used LeRobot's defaults, so the depth is still right
+    with np.load(lerobot061_dataset("depth_video") / "expected_items" / "plain.npz") as z:
+        assert np.abs(item[DEPTH].numpy() - z[f"5/{DEPTH}"]).max() <= 1

@@ -95,7 +95,8 @@ def test_corpus_is_there():
 
     import pyarrow.parquet as pq
     referenced = set()
-    for root in sorted(p for p in F.CORPUS.iterdir() if (p / "meta" / "info.json").is_file()):
+    roots = [p for folder in (F.CORPUS, F.LEROBOT061) for p in folder.iterdir() if (p / "meta" / "info.json").is_file()]
+    for root in sorted(roots):
         info = json.loads((root / "meta" / "info.json").read_text())
         cameras = [key for key, feature in info["features"].items() if feature["dtype"] == "video"]
         for episodes in root.glob("meta/episodes/*/*.parquet"):
@@ -105,8 +106,8 @@ def test_corpus_is_there():
                                        table[f"videos/{key}/file_index"].to_pylist()):
                     referenced.add(str(root / info["video_path"].format(video_key=key, chunk_index=chunk,
                                                                         file_index=file)))
-    assert sorted(referenced) == CORPUS_MP4S
-    assert len(CORPUS_MP4S) == 13  # so101_av1 2, language 2, h264_multi_file 5 top + 4 side
+    assert sorted(referenced) == sorted(CORPUS_MP4S)
+    assert len(CORPUS_MP4S) == 15  # so101_av1 2, language 2, h264_multi_file 5 top + 4 side, depth_video 2
 
 
 @needs_oracle

@@ -16,7 +16,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from tests.dataset_factory import edit_episodes, edit_info, write_dataset
-from tests.helpers import REPO, lerobot_corpus, third_party_path
+from tests.helpers import REPO, copy_dataset, lerobot061_corpus, lerobot061_dataset, lerobot_corpus, third_party_path
 from transforms import quality
 from transforms.lerobot.episodes_files import EpisodeRow, VideoSlice
 from transforms.lerobot.info import parse_info
@@ -58,13 +58,38 @@ def test_a_clean_dataset_has_no_finding(tmp_path):
     assert _found(write_dataset(tmp_path / "ds")) == []
 
 
-@pytest.mark.parametrize("dataset", [REPO / "tests/data/so101_av1"] + lerobot_corpus(), ids=lambda p: p.name)
+@pytest.mark.parametrize("dataset", [REPO / "tests/data/so101_av1"] + lerobot_corpus() + lerobot061_corpus(),
+                         ids=lambda p: p.name)
 def test_lerobot_writer_datasets_have_no_finding(dataset):
     """No false positives: the sample (one clip per camera ending a frame short is not among the checks) and
     every dataset LeRobot's writer wrote, cameras included (their MediaIndex is read)."""
     report = check_dataset_quality(str(dataset))
     assert report.findings == () and report.problems == ()
     assert report.episodes > 0 and report.frames > 0
+
+
+@pytest.mark.parametrize("lacks", ["quantization", "depth_unit"])
+def test_depth_features_names_a_depth_camera_lacking_its_fields(tmp_path, lacks):
+    """A depth camera whose info.json entry lacks its quantization (or its depth_unit) is named, with what LeRobot
+    then does; the RGB camera beside it is not."""
+    root = copy_dataset(lerobot061_dataset("depth_video"), tmp_path / "ds")
+    path = root / "meta" / "info.json"
+    info = json.loads(path.read_text())
+    depth = info["features"]["observation.images.depth"]["info"]
+    for key in (["video.depth_min", "video.shift"] if lacks == "quantization" else ["depth_unit"]):
+        del depth[key]
+    path.write_text(json.dumps(info, indent=4))
+    found = _only(root)
+    assert (found.check, found.feature, found.episode_index, found.file) == \
+        ("depth_features", "observation.images.depth", None, "meta/info.json")
+    if lacks == "quantization":
+        assert found.count == 2
+        assert found.detail == ("depth camera `observation.images.depth` lacks `video.depth_min`, `video.shift`: "
+                                "LeRobot de-quantizes its 12-bit codes with its defaults (video.depth_min 0.01, "
+                                "video.shift 3.5), which give the right depth only if the writer quantized with them")
+    else:
+        assert found.detail == ("depth camera `observation.images.depth` has no `depth_unit`: LeRobot takes the depth "
+                                "to be in millimetres")
 
 
 def test_third_party_datasets_without_finding():

@@ -146,6 +146,8 @@ RULES: dict[str, str] = {
     "data_file": "a data file is not readable Parquet",
     "mp4_structure": "an MP4 has no ftyp or moov, is truncated, or has a box larger than its parent",
     "mp4_track": "an MP4 has no supported H.264, H.265 or AV1 video track",
+    "depth_mismatch": "info.json declares a camera a depth map (is_depth_map) and its MP4 holds colour pictures, or "
+                      "declares a colour camera whose MP4 holds one-plane pictures of more than 8 bits (depth)",
     "mp4_limits": "an MP4 passes a limit on its moov size, sample count, box count or range requests (named)",
     "data_span": "an episodes file spans more than the data-file byte limit (64 MiB rule)",
     "episode_order": "episodes of an episodes file are not in increasing episode_index order, or overlap",

@@ -39,6 +39,7 @@ from transforms.lerobot import episodes_files as episodes_metadata
 from transforms.lerobot import fingerprint as dataset_fingerprint
 from transforms.lerobot import data_files, sources, v2
 from transforms.lerobot.dataset import check_dataset, list_episodes_files
+from transforms.lerobot.depth import is_depth
 from transforms.lerobot.info import EPISODES_DIR, DatasetInfo
 from transforms.media_files import ReadMp4Facts
 from transforms.messages import (ClipUse, DatasetReport, FileCounts, FileInputs, ImportConfig, KeptFile, Mp4Version,
@@ -481,11 +482,14 @@ def clip_uses(part: tuple[str, str, int], rows: Sequence[episodes_metadata.Episo
     """(MP4, the part's clips in it) for every MP4 a part's episodes use, in first-use order."""
     features = info.video_features  # a computed property: asked once, not per row
     found: dict[str, tuple] = {}
+    depth: dict[str, bool] = {}
     for row in rows if features else ():
         for clip, feature in zip(row.videos, features):
             _, _, spans = found.setdefault(clip.file, (feature.name, feature.video_codec, []))
+            if feature.name not in depth:
+                depth[feature.name] = is_depth(feature.info)
             spans.append(ClipSpan(part[1], row.episode_index, clip.from_timestamp, clip.to_timestamp, row.length))
-    return [(mp4, ClipUse(part, camera, codec, info.fps, tuple(spans)))
+    return [(mp4, ClipUse(part, camera, codec, info.fps, tuple(spans), depth=depth[camera]))
             for mp4, (camera, codec, spans) in found.items()]
 
 

@@ -22,6 +22,7 @@ import pyarrow as pa
 from transforms import progress, quality, stopping, storage
 from transforms.episode import journal, quirks
 from transforms.episode.clips import VideoFile
+from transforms.episode import spql_types
 from transforms.episode.quirks import ClipSpan
 from transforms.episode.media_index_table import FAILED, IndexRow, ShardOutcome, ShardRows, update_media_index_shard
 from transforms.episode.paths import media_index_shard_path
@@ -199,6 +200,15 @@ class _ReadMp4File(beam.DoFn):
             self._bytes.inc(facts.reads.bytes_read)
             progress.add(mp4_bytes=facts.reads.bytes_read)
             self._requests.inc(facts.reads.requests)
+        mismatch = depth_mismatch(rel, uses, facts.index)
+        if mismatch is not None:
+            for part in sorted(first_episode):
+                failure = LeRobotImportError(mismatch.rule, mismatch.message, file=rel,
+                                             episode_index=first_episode[part])
+                yield part, PartInputs(failures=(error_record(failure, dataset=root, episodes_file=part[1]),))
+            unusable = VideoFailure(root, uses[0].camera, rel, mismatch.rule)
+            yield beam.pvalue.TaggedOutput("reports", (root, DatasetReport(mp4_failures=(unusable,))))
+            return
         video = facts.video_file(inline_index=self._config.inline_index)
         for part, samples in sorted(part_samples(rel, facts.index, uses).items()):
             yield part, PartInputs(videos=(PartVideo(rel, video, samples),))
@@ -227,6 +237,52 @@ class _ReadMp4File(beam.DoFn):
             return None
         self._carried.inc()
         return VideoFacts(row.uri, row.size, row.index, codec=quirks.index_codec(row.index))
+
+
+def _index_picture(index: Optional[pa.Array]):
+    """The pictures of a MediaIndex's primary video track (`mp4.picture.PictureFormat`: planes, bit depth), from
+    its sample entry; None without an index or when the entry does not say."""
+    from transforms.mp4.picture import picture_format
+    if index is None or len(index) == 0 or not index.is_valid()[0].as_py():
+        return None
+    value = spql_types.storage_of(index).slice(0, 1)
+    fields = dict(zip((f.name for f in value.type), value.flatten()))
+    primary = fields["primary_track_id"][0].as_py()
+    tracks = dict(zip((f.name for f in fields["tracks"].type.value_type), fields["tracks"].flatten().flatten()))
+    for k, track_id in enumerate(tracks["track_id"].to_pylist()):
+        if track_id == primary:
+            return picture_format(tracks["sample_entry"][k].as_py(), tracks["codec"][k].as_py())
+    return None
+
+
+def depth_mismatch(rel: str, uses: list[ClipUse], index: Optional[pa.Array]) -> Optional[LeRobotImportError]:
+    """The error when info.json and the MP4 disagree on whether the camera is a depth map: a depth camera's MP4
+    must hold one-plane pictures of more than 8 bits (LeRobot's depth encoder writes gray12le), a colour
+    camera's must not (its frames would be read as colour, or as depth, and a policy would train on them).
+    None when they agree, or the MP4's sample entry does not say.
+
+    Args:
+        rel: the MP4, relative to the dataset root.
+        uses: the clips of the MP4 (their camera and whether info.json declares it a depth map).
+        index: the MP4's MediaIndex (None: not read, nothing to compare).
+    """
+    fmt = _index_picture(index)
+    if fmt is None or not uses:
+        return None
+    camera, depth = uses[0].camera, uses[0].depth
+    if depth and not fmt.is_depth_encoding:
+        return LeRobotImportError(
+            "depth_mismatch", f"feature `{camera}` is declared a depth map (info.json `is_depth_map: true`) but its "
+            f"video file {rel} holds {fmt.describe()}, not depth codes (LeRobot's depth encoder writes one-plane "
+            "12-bit gray12le HEVC): re-encode the depth frames with LeRobot's depth encoder, or set `is_depth_map` "
+            "to false if the camera is a colour camera", file=rel)
+    if not depth and fmt.is_depth_encoding:
+        return LeRobotImportError(
+            "depth_mismatch", f"feature `{camera}` is declared a colour camera (info.json has no `is_depth_map: "
+            f"true` for it) but its video file {rel} holds {fmt.describe()}, a depth encoding: add "
+            "`\"is_depth_map\": true` and its quantization (`video.depth_min`, `video.depth_max`, `video.shift`, "
+            "`video.use_log`) to the feature's `info` in meta/info.json", file=rel)
+    return None
 
 
 def part_samples(rel: str, index: Optional[pa.Array], uses: Iterable[ClipUse]) -> dict:

@@ -98,6 +98,7 @@ class ClipUse:
     codec: Optional[str]  # as info.json declares it
     fps: Optional[float]  # info.json's frame rate
     clips: tuple[ClipSpan, ...]
+    depth: bool = False  # info.json declares the camera a depth map (`is_depth_map`)
 
     @property
     def first_episode(self) -> int:

@@ -705,8 +705,8 @@ def record_quality(config: ImportConfig, root: str, doc: dict, report: DatasetRe
         frames = sum(int(x["frames"]) for x in listed)
         indices = quality.indices_of(r for x in listed for r in x["episode_ranges"])
         findings = quality.with_severity(
-            quality.dataset_totals(root, quality.info_document(raw or b"{}"), episodes, frames, indices),
-            config.strict)
+            quality.dataset_totals(root, quality.info_document(raw or b"{}"), episodes, frames, indices)
+            + quality.depth_features(root, quality.info_document(raw or b"{}")), config.strict)
     storage.write_atomic(output_state.confined(out, paths.QUALITY_DATASET, folder=paths.QUALITY_DIR,
                                                what="quality table"), quality.table_bytes(findings))
     summaries = [(e.get("quality") or {}).get("checks") for e in entries.values()] + [quality.summarize(findings)]

@@ -51,16 +51,16 @@ class DepthSpec:
     Attributes:
         stored: "video" (12-bit codes in an MP4) or "image" (depth values in encoded images).
         unit: the unit LeRobot recorded the depth in (`depth_unit`, "mm" or "m").
-        depth_min, depth_max, shift, use_log: the quantization (metres; video only).
+        depth_min, depth_max, shift, use_log: the quantization (metres; video only, None for images).
         pix_fmt: the declared pixel format (`video.pix_fmt`, e.g. gray12le; video only).
     """
 
     stored: str
     unit: str = "mm"
-    depth_min: float = QUANTIZATION_DEFAULTS["video.depth_min"]
-    depth_max: float = QUANTIZATION_DEFAULTS["video.depth_max"]
-    shift: float = QUANTIZATION_DEFAULTS["video.shift"]
-    use_log: bool = True
+    depth_min: Optional[float] = QUANTIZATION_DEFAULTS["video.depth_min"]
+    depth_max: Optional[float] = QUANTIZATION_DEFAULTS["video.depth_max"]
+    shift: Optional[float] = QUANTIZATION_DEFAULTS["video.shift"]
+    use_log: Optional[bool] = True
     pix_fmt: Optional[str] = None
 
     def to_json(self) -> dict:
@@ -106,8 +106,8 @@ def depth_spec(dtype: str, feature_info: Any) -> Optional[DepthSpec]:
         return None
     info = _info(feature_info)
     unit = info.get("depth_unit") if info.get("depth_unit") in DEPTH_UNITS else "mm"
-    if dtype == "image":
-        return DepthSpec(stored="image", unit=unit)
+    if dtype == "image":  # the image holds the depth itself: no quantization
+        return DepthSpec(stored="image", unit=unit, depth_min=None, depth_max=None, shift=None, use_log=None)
     q = {k: (QUANTIZATION_DEFAULTS[k] if k in missing_quantization(info) else info[k]) for k in QUANTIZATION_DEFAULTS}
     pix_fmt = info.get("video.pix_fmt") if isinstance(info.get("video.pix_fmt"), str) else None
     return DepthSpec(stored="video", unit=unit, depth_min=float(q["video.depth_min"]),

@@ -2,12 +2,12 @@
 
 Pure (no Beam): each check is a numpy function over one episode's typed frames, its cameras' sample times
 (from the MediaIndex, no video decoded) or the dataset's metadata, and returns `Finding`s. The Beam layer
-calls `check_part` from the part writer, `dataset_totals` from the finish step, and writes `table()` and
-`summarize()`; `lerobot-import check` calls the same functions without writing anything.
+calls `check_part` from the part writer, `dataset_totals` and `depth_features` from the finish step, and writes
+`table()` and `summarize()`; `lerobot-import check` calls the same functions without writing anything.
 """
 
-from transforms.quality.dataset_checks import (dataset_totals, index_ranges, indices_of, info_document,
-                                              undeclared_columns)
+from transforms.quality.dataset_checks import (dataset_totals, depth_features, index_ranges, indices_of,
+                                              info_document, undeclared_columns)
 from transforms.quality.episode_checks import BOOKKEEPING, TOLERANCE_S, EpisodeContext, check_episode
 from transforms.quality.findings import (CHECKS, ERROR, LEROBOT_BLOCKING, REFUSED, SCHEMA, WARNING, Finding,
                                          merge_summaries, message, parse_strict, summarize, table, table_bytes,
@@ -19,7 +19,7 @@ from transforms.quality.video_checks import (SampleTimes, clips_window, presenta
 __all__ = [
     "BOOKKEEPING", "CHECKS", "ERROR", "EpisodeContext", "Finding", "LEROBOT_BLOCKING", "REFUSED", "SCHEMA",
     "SampleTimes", "TOLERANCE_S", "WARNING", "check_episode", "check_part", "clips_window", "dataset_totals",
-    "index_ranges", "indices_of", "info_document", "merge_summaries", "message", "parse_strict",
+    "depth_features", "index_ranges", "indices_of", "info_document", "merge_summaries", "message", "parse_strict",
     "presentation_timeline", "presentation_times", "read_tasks", "sample_window", "summarize", "table",
     "table_bytes", "undeclared_columns",
     "video_samples", "with_severity"]

@@ -23,7 +23,7 @@ from transforms.lerobot import episodes_files as episodes_metadata
 from transforms.lerobot.dataset import check_dataset
 from transforms.lerobot.info import INDEXED_CODECS, INFO_PATH, DatasetInfo
 from transforms.mp4 import arrow as mp4_arrow
-from transforms.quality.dataset_checks import dataset_totals, info_document
+from transforms.quality.dataset_checks import dataset_totals, depth_features, info_document
 from transforms.quality.findings import ERROR, Finding, with_severity
 from transforms.quality.part import check_part, read_tasks
 from transforms.quality.video_checks import SampleTimes, presentation_times, sample_window
@@ -109,6 +109,7 @@ def check_dataset_quality(root: str, *, strict: frozenset[str] = frozenset(), sk
     if all(c is not None for c in counts):
         indices = np.array([i for r in results for i in r.indices], np.int64)
         findings += dataset_totals(uri, info_document(raw_info), episodes, frames, indices)
+    findings += depth_features(uri, info_document(raw_info))
     return CheckReport(uri, tuple(sorted(with_severity(findings, strict), key=Finding.sort_key)), tuple(problems),
                        len(checked.episodes_files), episodes, frames, counter.bytes_read)
 

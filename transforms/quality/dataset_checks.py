@@ -2,6 +2,7 @@
 
     dataset_totals       info.json's total_episodes / total_frames / splits vs what the episodes files hold
     undeclared_columns   columns of a data file that info.json does not declare (the import does not read them)
+    depth_features       depth cameras whose info.json entry lacks what LeRobot needs to read them as depth
 """
 
 from __future__ import annotations
@@ -85,6 +86,44 @@ def dataset_totals(dataset: str, info_doc: dict, episodes: int, frames: int,
         left = indices[~in_split]
         out.append(finding("splits", f"{len(left)} episodes lie in no split of info.json "
                            f"({', '.join(map(str, left[:5].tolist()))}{', ...' if len(left) > 5 else ''})", len(left)))
+    return out
+
+
+def depth_features(dataset: str, info_doc: dict) -> list[Finding]:
+    """Findings for depth cameras (`is_depth_map: true`) whose info.json entry lacks what LeRobot 0.6.1 reads to
+    turn their pixels into depth: a depth video's quantization (`video.depth_min`, `video.depth_max`,
+    `video.shift`, `video.use_log`; LeRobot then de-quantizes with its defaults, right only if the writer used
+    them), or any depth camera's `depth_unit` (LeRobot then takes millimetres).
+
+    Args:
+        dataset: the dataset root URI.
+        info_doc: info.json, parsed.
+    """
+    from transforms.lerobot import depth as depth_lib
+
+    features = info_doc.get("features")
+    out = []
+    for name, spec in sorted(features.items()) if isinstance(features, dict) else ():
+        if not isinstance(spec, dict) or spec.get("dtype") not in ("video", "image"):
+            continue
+        info = spec.get("info")
+        if not depth_lib.is_depth(info):
+            continue
+        problems = []
+        missing = depth_lib.missing_quantization(info) if spec["dtype"] == "video" else []
+        if missing:
+            defaults = ", ".join(f"{k} {depth_lib.QUANTIZATION_DEFAULTS[k]}" for k in missing)
+            problems.append(f"lacks {', '.join(f'`{k}`' for k in missing)}: LeRobot de-quantizes its 12-bit codes "
+                            f"with its defaults ({defaults}), which give the right depth only if the writer "
+                            "quantized with them")
+        unit = (info or {}).get("depth_unit")
+        if unit not in depth_lib.DEPTH_UNITS:
+            problems.append(("has no `depth_unit`" if unit is None else f"has `depth_unit` {str(unit)[:20]!r}, not "
+                             "'mm' or 'm'") + ": LeRobot takes the depth to be in millimetres")
+        if problems:
+            out.append(Finding(dataset, None, None, "depth_features", name, len(missing) + (unit not in
+                               depth_lib.DEPTH_UNITS), None, f"depth camera `{name}` " + "; it ".join(problems),
+                               file="meta/info.json"))
     return out
 
 

@@ -29,6 +29,7 @@ CHECKS: dict[str, str] = {
     "non_finite": "a numeric feature holds NaN or infinite values",
     "frozen_feature": "a numeric feature holds one value (every dimension) through a whole episode",
     "episode_rows": "an episode's rows do not match its length: another episode_index, or frame_index not 0..length-1",
+    "depth_features": "a depth camera (is_depth_map) lacks its quantization fields or depth_unit in info.json",
 }
 
 #: Checks whose findings LeRobot's own loader refuses (it asks each camera for the frame at from_timestamp +
