@@ -293,3 +293,19 @@ def test_import_names_a_depth_camera_without_its_quantization(tmp_path):
     item = ImportedFrames(str(out))[5]  # the corpus used LeRobot's defaults, so the depth is still right
     with np.load(lerobot061_dataset("depth_video") / "expected_items" / "plain.npz") as z:
         assert np.abs(item[DEPTH].numpy() - z[f"5/{DEPTH}"]).max() <= 1
+
+
+def test_depth_declared_over_colour_images_is_a_clear_error(tmp_path):
+    """A depth map declared over an image feature that holds colour PNGs: the item names the feature, what its
+    image is, and the rule (never a channel of colour returned as depth)."""
+    def edit(features):
+        features["observation.images.front"]["info"] = {"is_depth_map": True, "depth_unit": "mm"}
+
+    out = tmp_path / "out"
+    assert run_import(_edited(tmp_path, "depth_image", edit), out) == 0
+    ds = ImportedFrames(str(out))
+    with pytest.raises(FramesError, match=r"^item 3 \(episode 0, frame 3\) of the import at .*, "
+                                          r"observation\.images\.front: the feature is declared a depth map "
+                                          r"\(info\.json `is_depth_map: true`\) but its image is RGB \(3 channels\), "
+                                          r"not one channel of depth$"):
+        ds[3]

@@ -209,8 +209,9 @@ def _decode_image(data: Optional[bytes], where: str, uint8: bool = False,
     if mode == "1":
         arr = arr.astype(np.uint8) * 255
     if depth is not None:
-        if arr.ndim == 3:
-            arr = arr[:, :, 0]
+        if arr.ndim != 2:  # LeRobot writes a depth image as a one-channel 16-bit TIFF
+            raise FramesError(f"{where}: the feature is declared a depth map (info.json `is_depth_map: true`) but "
+                              f"its image is {mode} ({arr.shape[2]} channels), not one channel of depth")
         return torch.from_numpy(depth_lib.image_depth(arr, depth, depth_unit)[None])
     if arr.ndim == 2:
         arr = arr[:, :, None]
@@ -891,10 +892,10 @@ class ImportedFrames(_Dataset):
             elif f.kind == "string":
                 item[f.name] = prep.others[f.name][pos]
             elif np.ndim(rows):  # images are float32 with camera_dtype="uint8" too, as LeRobot's return_uint8
-                item[f.name] = torch.stack([_decode_image(prep.others[f.name][r], where, depth=f.depth,
+                item[f.name] = torch.stack([_decode_image(prep.others[f.name][r], f"{where}, {f.name}", depth=f.depth,
                                                           depth_unit=self.depth_unit) for r in rows.tolist()])
             else:
-                item[f.name] = _decode_image(prep.others[f.name][rows], where, depth=f.depth,
+                item[f.name] = _decode_image(prep.others[f.name][rows], f"{where}, {f.name}", depth=f.depth,
                                              depth_unit=self.depth_unit)
         for key, d in deltas.items():
             at = pos + np.asarray(d, np.int64)
