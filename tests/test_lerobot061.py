@@ -309,3 +309,23 @@ def test_depth_declared_over_colour_images_is_a_clear_error(tmp_path):
                                           r"\(info\.json `is_depth_map: true`\) but its image is RGB \(3 channels\), "
                                           r"not one channel of depth$"):
         ds[3]
+
+
+def test_reader_gives_depth_images(imports):
+    """`Episode.depth_images`: a depth camera stored as 16-bit TIFF, as LeRobot returns it (mm, or metres), or the
+    stored values; a colour or unknown feature is refused, naming the depth cameras."""
+    from transforms.reader import ReaderError
+
+    root, out = imports("depth_image")
+    ep = ImportReader(out).episode(0)
+    depth = ep.depth_images(DEPTH)
+    assert depth.dtype == np.float32 and depth.shape == (ep.length, 96, 128, 1)
+    with np.load(root / "expected_items" / "plain.npz") as z:
+        want = np.stack([z[f"{i}/{DEPTH}"] for i in range(ep.length)])[:, 0, :, :, None]
+    assert np.array_equal(depth, want)
+    raw = ep.depth_images(DEPTH, raw=True)
+    assert raw.dtype == np.uint16 and np.array_equal(raw.astype(np.float32), want)
+    assert np.array_equal(ep.depth_images(DEPTH, depth_unit="m"), want / np.float32(1000))
+    with pytest.raises(ReaderError, match=r"^episode 0: 'observation\.images\.front' is no depth camera stored as "
+                                          r"images \(depth cameras: observation\.images\.depth\)$"):
+        ep.depth_images("observation.images.front")

@@ -230,6 +230,40 @@ class Episode:
         except ValueError as ex:
             raise ReaderError(f"episode {self.episode_index}: {ex}") from None
 
+    def depth_images(self, name: str, *, depth_unit: str = "mm", raw: bool = False) -> np.ndarray:
+        """A depth camera stored as images (16-bit TIFF in the data files): every frame's depth, N x H x W x 1
+        float32 in `depth_unit` ("mm" or "m") as LeRobot returns it, or with `raw` the stored values as they are.
+
+        Raises:
+            ReaderError: no such image feature, it is no depth map, or a frame is null or does not decode.
+        """
+        import io as _io
+
+        from transforms.lerobot.depth import image_depth
+        spec = self.depth_specs.get(name)
+        if spec is None or spec.stored != "image":
+            raise ReaderError(f"episode {self.episode_index}: {name!r} is no depth camera stored as images "
+                              f"(depth cameras: {', '.join(sorted(self.depth_specs)) or 'none'})")
+        try:
+            from PIL import Image
+        except ImportError:
+            raise ImportError("image features need Pillow: pip install pillow") from None
+        out = []
+        for k, data in enumerate(self[name]):
+            if data is None:
+                raise ReaderError(f"episode {self.episode_index} frame {k}: {name} is null")
+            try:
+                with Image.open(_io.BytesIO(data)) as img:
+                    arr = np.array(img)
+            except Exception as ex:  # noqa: BLE001 - any undecodable image is this frame's error
+                raise ReaderError(f"episode {self.episode_index} frame {k}: {name} does not decode "
+                                  f"({type(ex).__name__}: {ex})") from None
+            if arr.ndim != 2:
+                raise ReaderError(f"episode {self.episode_index} frame {k}: {name} is declared a depth map but its "
+                                  f"image has {arr.shape[2]} channels, not one")
+            out.append(arr if raw else image_depth(arr, spec, depth_unit))
+        return np.stack(out)[..., None] if out else np.zeros((0, 0, 0, 1), np.float32)
+
     def video(self, camera: str, *, tolerance: Optional[float] = None) -> VideoHandle:
         """A seekable handle on `camera`'s clip (a depth camera's frames are de-quantized depth, see
         `VideoHandle.frames_at`).
