@@ -188,10 +188,10 @@ def _language_rows(value: Any) -> Any:
             if row.get("tool_calls") else dict(row) for row in value]  # copies: the group's rows stay as read
 
 
-def _decode_image(data: Optional[bytes], where: str, uint8: bool = False,
-                  depth: Optional[depth_lib.DepthSpec] = None, depth_unit: str = "mm"):
+def _decode_image(data: Optional[bytes], where: str, depth: Optional[depth_lib.DepthSpec] = None,
+                  depth_unit: str = "mm"):
     """An encoded image as LeRobot's loader gives it: PIL decodes it, torchvision's ToTensor makes it
-    C x H x W, 8-bit images float32 in [0, 1] (left uint8 with `uint8`); a depth image (16-bit TIFF) its
+    C x H x W, 8-bit images float32 in [0, 1] (with `return_uint8` too); a depth image (16-bit TIFF) its
     depth as float32 1 x H x W in `depth_unit`."""
     torch = _torch()
     if data is None:
@@ -216,7 +216,7 @@ def _decode_image(data: Optional[bytes], where: str, uint8: bool = False,
     if arr.ndim == 2:
         arr = arr[:, :, None]
     t = torch.from_numpy(np.ascontiguousarray(arr.transpose(2, 0, 1)))
-    return t.to(torch.float32) / 255 if t.dtype == torch.uint8 and not uint8 else t
+    return t.to(torch.float32) / 255 if t.dtype == torch.uint8 else t
 
 
 # ------------------------------------------------------------------------------------------------
