@@ -329,3 +329,23 @@ def test_reader_gives_depth_images(imports):
     with pytest.raises(ReaderError, match=r"^episode 0: 'observation\.images\.front' is no depth camera stored as "
                                           r"images \(depth cameras: observation\.images\.depth\)$"):
         ep.depth_images("observation.images.front")
+
+
+def test_import_without_depth_in_its_schema_reads_depth_from_info(imports, tmp_path):
+    """An output written before the episode schema carried the depth facts (its parts' schema without them):
+    the depth camera's codes are de-quantized with the dataset's info.json, not returned as colour."""
+    import shutil
+
+    import pyarrow.parquet as pq
+
+    root, out = imports("depth_video")
+    old = tmp_path / "old"
+    shutil.copytree(out, old)
+    for part in (old / "episodes").rglob("*.parquet"):
+        table = pq.read_table(part)
+        pq.write_table(table.replace_schema_metadata(None), part)
+    ds = ImportedFrames(str(old))
+    assert ds.depth == {}
+    with np.load(root / "expected_items" / "plain.npz") as z:
+        assert np.abs(ds[5][DEPTH].numpy() - z[f"5/{DEPTH}"]).max() <= 1
+    assert ds.depth[DEPTH].depth_max == 10.0

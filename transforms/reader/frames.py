@@ -510,6 +510,20 @@ class ImportedFrames(_Dataset):
         except LeRobotImportError as ex:
             raise FramesError(f"cannot read {relative} of the dataset {self.dataset_root}: {ex.message}") from None
 
+    def _depth_from_info(self) -> dict[str, depth_lib.DepthSpec]:
+        """The depth cameras of the dataset's info.json, for an import written before the episode schema carried
+        them: read when a camera's video decodes to depth codes that the schema does not type ({} when the
+        dataset has none or its info.json cannot be read)."""
+        from transforms.lerobot.info import parse_info
+        if not self.dataset_root:
+            return {}
+        try:
+            info = parse_info(self._dataset_file("meta/info.json", "info file"))
+        except (FramesError, LeRobotImportError):
+            return {}
+        found = {f.name: depth_lib.depth_spec(f.dtype, f.info) for f in info.features}
+        return {name: spec for name, spec in found.items() if spec is not None}
+
     def _check_windows(self) -> None:
         """LeRobot's checks of `delta_timestamps`: known keys, whole frames within the tolerance."""
         info = self._dataset_file("meta/info.json", "info file")
@@ -796,11 +810,15 @@ class ImportedFrames(_Dataset):
             raise FramesError(f"{where}, camera {camera}: {ex}") from None
         first = frames[0]
         spec = self.depth.get(camera)
+        if spec is None and first.dtype == np.uint16:  # an import older than depth in the schema: ask info.json
+            spec = self._depth_from_info().get(camera)
+            if spec is not None:
+                self.depth[camera] = spec
         if spec is not None or first.dtype == np.uint16:  # a depth map: its codes, de-quantized as LeRobot does
             if spec is None:
                 raise FramesError(f"{where}, camera {camera}: its video holds depth codes (one plane of "
-                                  f"{first.dtype.itemsize * 8}-bit pictures) but the import does not type it as a "
-                                  "depth camera (info.json has no `is_depth_map: true` for it)")
+                                  f"{first.dtype.itemsize * 8}-bit pictures) but neither the import nor the "
+                                  "dataset's info.json types it as a depth camera (`is_depth_map: true`)")
             if first.dtype != np.uint16:
                 raise FramesError(f"{where}, camera {camera}: info.json declares a depth map but its video decodes "
                                   "to colour pictures, not depth codes")
