@@ -22,12 +22,12 @@ import sys
 from typing import Any, Optional, Sequence
 
 from pipelines.targets import resolve_targets
-from transforms import lease as lease_lib
-from transforms import storage
-from transforms.episode import damage as output_damage
-from transforms.episode import output_state
-from transforms.episode.media_index_table import decide_run
-from transforms.errors import LeRobotImportError
+from transforms.output import lease as lease_lib
+from transforms.base import storage
+from transforms.output import damage as output_damage
+from transforms.output import safety
+from transforms.output.index_shards import decide_run
+from transforms.base.errors import LeRobotImportError
 from transforms.lerobot import sources, v2
 from transforms.lerobot.data_files import read_row_group_layout
 from transforms.lerobot.episodes_files import DATA_SPAN_LIMIT, RowGroupLayout, plan_parts, read_episodes_file
@@ -149,7 +149,7 @@ class DatasetPlan:
 
 def read_manifest(out: str) -> Optional[dict]:
     """The output's manifest.json, or None when there is none (or it is not a sound manifest)."""
-    return output_state.read_manifest(out).doc
+    return safety.read_manifest(out).doc
 
 
 def plan_dataset(root: str, out: str, options: dict[str, Any], *, force: bool = False,
@@ -207,7 +207,7 @@ def plan_dataset(root: str, out: str, options: dict[str, Any], *, force: bool = 
 def _refused_output(out: str) -> Optional[str]:
     """Why the import would refuse this output before touching it (its own state unsafe), else None."""
     try:
-        output_state.check_output(out)
+        safety.check_output(out)
     except LeRobotImportError as ex:
         return str(ex)
     return None
@@ -305,7 +305,7 @@ exit status:
 def _parser() -> argparse.ArgumentParser:
     """The import's own options (the same declarations, so the same meanings and defaults), and --json, --list."""
     from pipelines.arguments import add_import_arguments
-    from pipelines.cli import add_verbosity_arguments
+    from pipelines.console import add_verbosity_arguments
 
     ap = argparse.ArgumentParser(prog="lerobot-import plan", description="Show what an import run with the same "
                                  "options would do, without writing anything. Beam options are accepted and "
@@ -328,7 +328,7 @@ def run(argv: Optional[Sequence[str]] = None) -> int:
                             inline_index=args.inline_index, skip_videos=args.skip_videos, force=args.force,
                             verify_output=args.verify_output)
     options = output_options(settings)
-    from transforms import run_limits
+    from transforms.base import run_limits
     try:  # the import's bounds: a stuck source or an endless Hub listing ends the plan as it ends a run
         limits = run_limits.from_values(args.phase_deadline, args.hub_list_max_pages, args.hub_list_max_items)
     except ValueError as ex:
@@ -400,10 +400,6 @@ def _size(n: int) -> str:
     return f"{n} B"
 
 
-def main() -> None:
+if __name__ == "__main__":  # `python -m pipelines.plan ...`: `lerobot-import plan ...`
     from pipelines import cli
     cli.main(["plan", *sys.argv[1:]])
-
-
-if __name__ == "__main__":
-    main()

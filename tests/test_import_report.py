@@ -21,7 +21,7 @@ from tests.dataset_factory import DatasetSpec, edit_episodes, edit_info, write_d
 from tests.helpers import read_errors, read_manifest, run_import
 from transforms import write_outputs
 from transforms.episode import clips
-from transforms.errors import LeRobotImportError
+from transforms.base.errors import LeRobotImportError
 
 CAM = "observation.images.cam"
 MP4 = f"videos/{CAM}/chunk-000/file-000.mp4"

@@ -17,12 +17,13 @@ from apache_beam.testing import test_pipeline
 from apache_beam.testing.util import assert_that, equal_to
 
 from tests.dataset_factory import DatasetSpec, edit_episodes, write_dataset
-from transforms import storage, write_outputs
-from transforms.episode import output as sink
+from transforms.base import storage
+from transforms import write_outputs
+from transforms.output import writes
 from transforms.episode.outcomes import FileOutcome, PartFile, PartResult, failed_file
-from transforms.episode.paths import output_part_path
+from transforms.output.paths import output_part_path
 from transforms.episode.quirks import ClipSpan, WarningRecord
-from transforms.errors import FailureRecord
+from transforms.base.errors import FailureRecord
 from transforms.import_dataset import CheckDatasets, ImportLeRobotDatasets, PlanEpisodesFiles
 from transforms.media_files import ReadMp4Facts
 from transforms.messages import ClipUse, DatasetReport, FileInputs, ImportConfig, PartInputs, VideoFailure
@@ -257,7 +258,7 @@ def test_a_commit_that_raises_fails_its_file_as_internal_and_leaves_nothing(tmp_
     def broken(*args, **kwargs):
         raise RuntimeError("the store went away")
 
-    monkeypatch.setattr(sink, "commit_episodes_file", broken)
+    monkeypatch.setattr(writes, "commit_episodes_file", broken)
     with _pipeline() as p:
         outcomes = (p | beam.Create([(("d", FILE0), FileInputs(results=(result,)))]) | CommitEpisodesFiles(config)
                     | beam.FlatMapTuple(lambda root, rep: [(root, o) for o in rep.outcomes]))

@@ -28,13 +28,15 @@ from typing import Iterable, Iterator, NamedTuple, Optional, Sequence
 
 import apache_beam as beam
 
-from transforms import hub, progress, quality, storage
-from transforms.episode import damage as output_damage
-from transforms.episode import journal, output_state, paths, quirks
-from transforms.episode.media_index_table import MediaIndexPlan, decide_run
+from transforms.base import hub, live_counts, storage
+from transforms import quality
+from transforms.output import damage as output_damage
+from transforms.output import journal, safety, paths
+from transforms.episode import quirks
+from transforms.output.index_shards import MediaIndexPlan, decide_run
 from transforms.episode.outcomes import failed_file
 from transforms.episode.quirks import ClipSpan, WarningRecord
-from transforms.errors import LeRobotImportError
+from transforms.base.errors import LeRobotImportError
 from transforms.lerobot import episodes_files as episodes_metadata
 from transforms.lerobot import fingerprint as dataset_fingerprint
 from transforms.lerobot import data_files, sources, v2
@@ -158,7 +160,7 @@ class _CheckDataset(beam.DoFn):
                 return
         source = _fingerprint(root)
         try:
-            output_state.check_output(self._config.output_of(root))  # also when no launcher checked it first
+            safety.check_output(self._config.output_of(root))  # also when no launcher checked it first
             previous = self._previous_manifest(root)
             damage = self._damage(root, previous)
         except LeRobotImportError as ex:  # the output's state names paths outside it: touch nothing of it
@@ -188,7 +190,7 @@ class _CheckDataset(beam.DoFn):
         known = {s.episodes_file: s for s in report.file_sources}
         for rel in files:
             if rel not in leave:
-                progress.add(episodes_files=1)
+                live_counts.add(episodes_files=1)
                 # the rows read to tell what changed go with the file: planning does not read it again
                 yield (root, rel, ReadRows(read[rel])) if rel in read else (root, rel)
                 if rel in known:  # the commit records the file's manifest entry, sources included, at once
@@ -204,7 +206,7 @@ class _CheckDataset(beam.DoFn):
             LeRobotImportError: rule `output_confinement`, the manifest names paths outside the output's
                 folders: the dataset fails before its output is written or cleaned up.
         """
-        found = output_state.read_manifest(self._config.output_of(root))
+        found = safety.read_manifest(self._config.output_of(root))
         if found.confinement:
             raise found.problem
         if found.problem is not None:
@@ -404,11 +406,12 @@ class _PlanEpisodesFile(beam.DoFn):
         root, rel = element[:2]
         planned = self._plan(root, rel, element[2].rows if len(element) > 2 else None)
         if isinstance(planned, DatasetReport):
-            progress.add(episodes_files_planned=1, episodes_files_done=1, episodes_files_failed=1)
+            live_counts.add(episodes_files_planned=1, episodes_files_done=1, episodes_files_failed=1)
             yield beam.pvalue.TaggedOutput("reports", (root, planned))
             return
         rows = planned[1]
-        progress.add(episodes_files_planned=1, episodes_planned=len(rows), frames_planned=sum(r.length for r in rows))
+        live_counts.add(episodes_files_planned=1, episodes_planned=len(rows),
+                        frames_planned=sum(r.length for r in rows))
         yield from _plan_messages(root, rel, *planned)
 
     def _plan(self, root: str, rel: str, read: Optional[Sequence[episodes_metadata.EpisodeRow]] = None

@@ -5,7 +5,7 @@ and manifest.json.
     (episodes file, FileInputs: part results, duplicates) ─► CommitEpisodesFiles ─► all parts or none
     (dataset, DatasetReport: outcomes, failures, warnings, media_index parts, ...) ─► FinishDatasets
 
-What is written and where is the episode record's (`transforms.episode.output`, `.paths`); these
+What is written and where is the episode record's (`transforms.output.writes`, `.paths`); these
 steps decide when, and turn every failure, expected or not, into a record.
 """
 
@@ -23,13 +23,15 @@ import apache_beam as beam
 from apache_beam.transforms.window import GlobalWindows
 from apache_beam.utils.windowed_value import WindowedValue
 
-from transforms import lease, progress, quality, run_limits, stopping, storage
-from transforms.episode import output as sink
+from transforms.output import lease
+from transforms.base import live_counts, run_limits, stopping, storage
+from transforms import quality
+from transforms.output import writes
 from transforms.episode import frames as frames_lib
-from transforms.episode import journal, output_state, paths
-from transforms.episode.media_index_table import final_media_index, stale_media_index_files
+from transforms.output import journal, safety, paths
+from transforms.output.index_shards import final_media_index, stale_media_index_files
 from transforms.episode.outcomes import PartResult, failed_file
-from transforms.errors import FailureRecord, LeRobotImportError, redact, rule_of_repr
+from transforms.base.errors import FailureRecord, LeRobotImportError, redact, rule_of_repr
 from transforms.lerobot import data_files
 from transforms.lerobot.info import INFO_PATH, DatasetInfo
 from transforms.messages import (CommittedFile, DatasetReport, FileInputs, FileQuality, ImportConfig, KeptFile,
@@ -54,7 +56,7 @@ class WriteParts(beam.PTransform):
     never cross a shuffle: only plans, paths and MP4 facts do.
 
     An episodes file is committed as soon as its last part is written, by the worker that wrote it (see
-    `transforms.episode.journal`), not after every part of the run: a run stopped halfway keeps the files
+    `transforms.output.journal`), not after every part of the run: a run stopped halfway keeps the files
     it finished. A file with a duplicated episode or a strict check's error, or whose storage offers no
     conditional create (when it has several parts), is committed by `CommitEpisodesFiles` instead.
 
@@ -244,7 +246,7 @@ class _WriteParts(beam.DoFn):
         frames, errors = self._read_frames(root, info, header.rows)
         if not errors:
             try:
-                table = sink.part_table(info, header.rows, [frames[r.position] for r in header.rows],
+                table = writes.part_table(info, header.rows, [frames[r.position] for r in header.rows],
                                         {v.file: v.video for v in inputs.videos},
                                         inline_index=self._config.inline_index)
             except LeRobotImportError as ex:  # a clip time that does not fit, found while typing the clips
@@ -289,7 +291,7 @@ class _WriteParts(beam.DoFn):
                         typed, n_frames = typed + 1, n_frames + len(result)
                 # the live progress line, per batch as it is read (the counters are only read at the end)
                 read_now = self._reads.bytes_read
-                progress.add(episodes=typed, frames=n_frames, data_bytes=read_now - self._progress_bytes)
+                live_counts.add(episodes=typed, frames=n_frames, data_bytes=read_now - self._progress_bytes)
                 self._progress_bytes = read_now
         self._counters["data_bytes_read"].inc(self._reads.bytes_read - before[0])
         self._counters["data_read_requests"].inc(self._reads.requests - before[1])
@@ -309,8 +311,8 @@ class _WriteParts(beam.DoFn):
 
 def _encoded(table) -> tuple[bytes, str]:
     """A part's Parquet bytes and their sha256, made on the encoder thread (both without the GIL)."""
-    data = sink.parquet_bytes(table)
-    return data, sink.sha256_hex(data)
+    data = writes.parquet_bytes(table)
+    return data, writes.sha256_hex(data)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -450,12 +452,12 @@ def commit_file(config: ImportConfig, root: str, rel: str, results: Sequence[Par
     out = config.output_of(root)
     strict = [FailureRecord(root, rel, f.episode_index, f.file, "quality", quality.message(f))
               for f in findings if f.severity == quality.ERROR]
-    outcome = sink.commit_episodes_file(out, root, rel, results, tuple(duplicates) + tuple(strict))
+    outcome = writes.commit_episodes_file(out, root, rel, results, tuple(duplicates) + tuple(strict))
     table = paths.quality_table_path(rel)
-    storage.write_atomic(output_state.confined(out, table, folder=paths.QUALITY_DIR, what="quality table"),
+    storage.write_atomic(safety.confined(out, table, folder=paths.QUALITY_DIR, what="quality table"),
                          quality.table_bytes(findings))
     checked = FileQuality(rel, json.dumps(quality.summarize(findings), sort_keys=True), table)
-    progress.add(episodes_files_done=1, episodes_files_failed=int(outcome.status == "failed"))
+    live_counts.add(episodes_files_done=1, episodes_files_failed=int(outcome.status == "failed"))
     if outcome.status == "imported":
         source = sources[0].to_manifest() if sources else None
         # what the file lists goes in too, as the manifest's finish step records it: a file the next run
@@ -463,7 +465,7 @@ def commit_file(config: ImportConfig, root: str, rel: str, results: Sequence[Par
         indices = [ep for r in results for ep in r.episode_indices]
         listed = {"episodes": len(indices), "frames": sum(r.frames for r in results),
                   "episode_ranges": [list(r) for r in quality.index_ranges(indices)]}
-        entry = {**sink.file_entry(outcome, source, config.run_id),
+        entry = {**writes.file_entry(outcome, source, config.run_id),
                  "quality": {"checks": json.loads(checked.checks_json), "table": table, "listed": listed}}
         journal.record_file(out, run_id=config.run_id, options=config.output_options(), episodes_file=rel,
                             entry=entry)
@@ -483,7 +485,7 @@ def _commit_bug(bad, config: ImportConfig) -> tuple[str, DatasetReport]:
     results = FileInputs.merge(messages).results
     try:
         with stopping.output_work():
-            sink.discard_episodes_file(config.output_of(root), rel, results)
+            writes.discard_episodes_file(config.output_of(root), rel, results)
     except Exception as ex:  # the net must not tear: the failure below says what happened
         _LOG.error("cleaning up %s of %s failed too: %s", rel, root, ex)
     episodes = tuple(ep for r in results for ep in r.episode_indices)
@@ -531,9 +533,9 @@ class _DatasetWriter(beam.DoFn):
         out = self._config.output_of(root)
         # Every text the output holds passes the one redaction (records already did; warnings, notes and
         # the dataset's own strings in the manifest too).
-        rows = sink.errors_jsonl(failures).decode()
+        rows = writes.errors_jsonl(failures).decode()
         with stopping.output_work():
-            manifest = sink.manifest_bytes(doc)
+            manifest = writes.manifest_bytes(doc)
             # Both files are written under temporary names first and moved into place only when both are
             # whole: a disk that fills meanwhile leaves the last run's pair as it was, never a new
             # errors.jsonl beside an old manifest (or a half-written manifest).
@@ -559,10 +561,10 @@ class _DatasetWriter(beam.DoFn):
     def _unfinished(self, root: str, ex: LeRobotImportError) -> None:
         """The dataset's manifest could not be written (a full disk, a read-only output): the last run's
         manifest and errors.jsonl stay as they were, and what this run committed stays recorded in the
-        output's journal, which the next run folds in. The command is told (`progress.unfinished`)."""
+        output's journal, which the next run folds in. The command is told (`live_counts.unfinished`)."""
         _LOG.error("%s: %s", root, ex)
         self._counters["datasets_unfinished"].inc()
-        progress.record_unfinished(self._config.run_id, root, str(ex))
+        live_counts.record_unfinished(self._config.run_id, root, str(ex))
         return None
 
 
@@ -604,7 +606,7 @@ class _FinishAfterBug(_DatasetWriter):
         report = DatasetReport.merge(reports)
         outcomes = list(report.outcomes)
         failures = list(report.failures) + [internal_record(exc_info, dataset=root, episodes_file=None)]
-        doc = sink.manifest(root, None, outcomes, started_at=self._config.started_at, finished_at=sink.now_iso(),
+        doc = writes.manifest(root, None, outcomes, started_at=self._config.started_at, finished_at=writes.now_iso(),
                             dataset_failures=failures, run_id=self._config.run_id,
                             options=self._config.output_options())
         written = self._write(root, doc, [f for o in outcomes for f in o.failures] + failures)
@@ -634,8 +636,8 @@ def finish_dataset(config: ImportConfig, root: str, report: DatasetReport) -> tu
         shards = []
     # What the import may delete under media_index/: what its last manifest lists, and the shards this
     # run's MP4s map to (a run that died after writing a shard and before its manifest wrote them too).
-    last = output_state.read_manifest(out).doc
-    ours = output_state.listed_files(last) | {o.path for o in report.index_files} | {
+    last = safety.read_manifest(out).doc
+    ours = safety.listed_files(last) | {o.path for o in report.index_files} | {
         paths.media_index_shard_path(rel) for rel, _ in report.video_versions}
     stale, unknown = stale_media_index_files(out, keep=[s.path for s in shards], ours=ours)
     for uri in stale:
@@ -644,8 +646,8 @@ def finish_dataset(config: ImportConfig, root: str, report: DatasetReport) -> tu
         k.episodes_file for k in report.kept if not k.removed}
     warnings = [w for w in report.warnings if w.episodes_file is None or w.episodes_file in imported]
     sources = [s for s in report.sources if s is not None]
-    doc = sink.manifest(root, info_sha256(root), outcomes, started_at=config.started_at,
-                        finished_at=sink.now_iso(), media_index_files=[s.path for s in shards],
+    doc = writes.manifest(root, info_sha256(root), outcomes, started_at=config.started_at,
+                        finished_at=writes.now_iso(), media_index_files=[s.path for s in shards],
                         dataset_failures=dataset_failures,
                         source=sources[0].to_json() if sources else None, run_id=config.run_id,
                         options=config.output_options(), warnings=warnings,
@@ -693,7 +695,7 @@ def record_quality(config: ImportConfig, root: str, doc: dict, report: DatasetRe
                                               "episode_ranges": [list(r) for r in c.episode_ranges]}
         elif entry.get("status") in ("failed", "removed"):
             entry.pop("quality", None)
-            stale = output_state.confined(out, paths.quality_table_path(rel), folder=paths.QUALITY_DIR,
+            stale = safety.confined(out, paths.quality_table_path(rel), folder=paths.QUALITY_DIR,
                                           what="quality table")
             if storage.exists(stale):
                 storage.remove(stale)
@@ -707,7 +709,7 @@ def record_quality(config: ImportConfig, root: str, doc: dict, report: DatasetRe
         findings = quality.with_severity(
             quality.dataset_totals(root, quality.info_document(raw or b"{}"), episodes, frames, indices),
             config.strict)
-    storage.write_atomic(output_state.confined(out, paths.QUALITY_DATASET, folder=paths.QUALITY_DIR,
+    storage.write_atomic(safety.confined(out, paths.QUALITY_DATASET, folder=paths.QUALITY_DIR,
                                                what="quality table"), quality.table_bytes(findings))
     summaries = [(e.get("quality") or {}).get("checks") for e in entries.values()] + [quality.summarize(findings)]
     checks = quality.merge_summaries(summaries)
@@ -738,7 +740,7 @@ def carry_kept_files(doc: dict, kept: Iterable[KeptFile], out: str) -> None:
     entries, totals = dict(doc["episodes_files"]), doc["totals"]
     for k in sorted(kept, key=lambda k: k.episodes_file):
         if k.removed:
-            for uri in removed_file_outputs(out, k) + sink.leftover_tmps(out, k.episodes_file):
+            for uri in removed_file_outputs(out, k) + writes.leftover_tmps(out, k.episodes_file):
                 storage.remove(uri)
             entries[k.episodes_file] = {"status": "removed", "parts": []}
             totals["episodes_files_removed"] += 1
@@ -757,7 +759,7 @@ def removed_file_outputs(out: str, kept: KeptFile) -> list[str]:
     `episodes/`; the manifest was checked when read), not whatever its name would match."""
     entry = json.loads(kept.entry_json)
     listed = [p for p in entry.get("parts") or [] if isinstance(p, str)]
-    return [output_state.confined(out, p, folder=paths.EPISODES_DIR, what="episode part") for p in listed]
+    return [safety.confined(out, p, folder=paths.EPISODES_DIR, what="episode part") for p in listed]
 
 
 def unknown_files_notes(unknown: Sequence[str]) -> list[str]:
@@ -783,7 +785,7 @@ def info_sha256(root: str) -> Optional[str]:
     """The digest of meta/info.json as it is now, None when it cannot be read (that failure is recorded
     where it was met). Hashed, not parsed: a file too deep or too large to parse still has a digest."""
     raw = info_bytes(root)
-    return None if raw is None else sink.sha256_hex(raw)
+    return None if raw is None else writes.sha256_hex(raw)
 
 
 def skip_videos_notes(failures: Iterable[VideoFailure]) -> list[str]:

@@ -15,9 +15,9 @@ from typing import Iterable, Optional, Sequence
 
 import numpy as np
 
-from transforms import storage
+from transforms.base import storage
 from transforms.episode import frames as frames_lib
-from transforms.errors import LeRobotImportError
+from transforms.base.errors import LeRobotImportError
 from transforms.lerobot import data_files, v2
 from transforms.lerobot import episodes_files as episodes_metadata
 from transforms.lerobot.dataset import check_dataset

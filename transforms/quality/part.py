@@ -12,7 +12,7 @@ import pyarrow as pa
 from transforms.lerobot.episodes_files import EpisodeRow
 from transforms.lerobot.info import DatasetInfo
 from transforms.lerobot.tasks import read_tasks as read_dataset_tasks
-from transforms.errors import LeRobotImportError
+from transforms.base.errors import LeRobotImportError
 from transforms.quality import dataset_checks
 from transforms.quality.episode_checks import EpisodeContext, FeaturePlan, check_episode
 from transforms.quality.findings import Finding, with_severity

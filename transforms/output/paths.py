@@ -28,7 +28,7 @@ from __future__ import annotations
 import posixpath
 from typing import Optional
 
-from transforms import storage
+from transforms.base import storage
 from transforms.lerobot import v2
 
 #: Episode parts, mirroring the dataset's `meta/episodes/` tree.

@@ -26,9 +26,9 @@ import hashlib
 import json
 from typing import Any, Iterable, Mapping, Optional
 
-from transforms import storage
-from transforms.episode import output_state, paths
-from transforms.errors import LeRobotImportError
+from transforms.base import storage
+from transforms.output import safety, paths
+from transforms.base.errors import LeRobotImportError
 
 PROGRESS_DIR = ".journal"
 INTERRUPTED = "interrupted"
@@ -217,7 +217,7 @@ def leftover_temporaries(out_root: str) -> list[str]:
         listed = storage.list_files(out_root)
     except OSError:
         return []
-    return [uri for uri in listed if output_state.is_own_tmp(uri.rsplit("/", 1)[-1])]
+    return [uri for uri in listed if safety.is_own_tmp(uri.rsplit("/", 1)[-1])]
 
 
 def _dumps(doc: Mapping) -> bytes:
