@@ -293,7 +293,7 @@ def test_a_run_prints_nothing_a_user_cannot_act_on(tmp_path, capfd):
     assert code == 0, err
     # (a run longer than 30 s, on a loaded machine, also logs its progress line)
     lines = [line for line in err.splitlines() if not line.startswith("INFO pipelines.progress: progress: [")]
-    assert lines == [f"INFO transforms.write_outputs: episodes file "
+    assert lines == [f"INFO transforms.commit_episodes_files: episodes file "
                                 f"meta/episodes/chunk-000/file-000.parquet of file://{SAMPLE} imported: "
                                 f"4 episodes, 46 frames, 1 parts"], err
     assert out.startswith(f"file://{SAMPLE}: imported - 4/4 episodes")
@@ -418,10 +418,10 @@ def test_default_logging_hides_type_hints_and_http_lines_and_keeps_dataflow_job_
     assert not logging.getLogger("httpx").isEnabledFor(logging.INFO)
     assert not logging.getLogger("huggingface_hub").isEnabledFor(logging.WARNING)
     assert logging.getLogger("apache_beam.runners.dataflow.dataflow_runner").isEnabledFor(logging.INFO)
-    assert logging.getLogger("transforms.write_outputs").isEnabledFor(logging.INFO)
+    assert logging.getLogger("transforms.commit_episodes_files").isEnabledFor(logging.INFO)
     console.configure_logging(-1)
-    assert not logging.getLogger("transforms.write_outputs").isEnabledFor(logging.WARNING)
-    assert logging.getLogger("transforms.write_outputs").isEnabledFor(logging.ERROR)
+    assert not logging.getLogger("transforms.commit_episodes_files").isEnabledFor(logging.WARNING)
+    assert logging.getLogger("transforms.commit_episodes_files").isEnabledFor(logging.ERROR)
 
 
 def test_the_process_ends_as_python_would_without_its_teardown():

@@ -69,7 +69,7 @@ def record_shard(out_root: str, *, run_id: str, options: Mapping, shard: str, ac
 
 def record_part(out_root: str, *, run_id: str, episodes_file: str, part: int, result: Mapping) -> None:
     """Record a part of a file of several parts just written under its temporary name (`result`: what the
-    file's commit needs of it, see `write_outputs`)."""
+    file's commit needs of it, see `transforms.write_parts`)."""
     doc = {"kind": "part", "run_id": run_id, "episodes_file": episodes_file, "part": part, "result": dict(result)}
     storage.write_atomic(part_record_uri(out_root, run_id, episodes_file, part), _dumps(doc))
 
