@@ -28,10 +28,10 @@ from transforms.output import damage as output_damage
 from transforms.output import safety
 from transforms.output.index_shards import decide_run
 from transforms.base.errors import LeRobotImportError
-from transforms.lerobot import sources, v2
+from transforms.lerobot import sources
 from transforms.lerobot.data_files import read_row_group_layout
-from transforms.lerobot.episodes_files import DATA_SPAN_LIMIT, RowGroupLayout, plan_parts, read_episodes_file
-from transforms.lerobot.info import DatasetInfo
+from transforms.lerobot.episodes_files import DATA_SPAN_LIMIT, RowGroupLayout, plan_parts
+from transforms.lerobot.layouts import layout_of, read_unit_rows
 from transforms.messages import ImportConfig
 
 #: Output bytes per byte the episodes' data takes decoded (`PartPlan.decoded_bytes`), when no earlier import of
@@ -228,12 +228,14 @@ def _file_plan(scanned: sources.DatasetSources, decision: sources.EpisodesFileDe
     problem, episodes, parts, data_bytes, decoded = src.problem, 0, 0, src.data_bytes, src.data_bytes
     if problem is None:
         try:
-            rows = src.rows if src.rows is not None else _read_rows(scanned.root, scanned.info, src.episodes_file)
-            plans = plan_parts(rows, lambda f: _listed_size(scanned.listing, f),
-                               # a v2.x episode is its whole data file: sized by the file, as the import does
-                               (lambda f: None) if v2.is_group(src.episodes_file) else
-                               (lambda f: _layout(scanned, f, layouts)), limit=int(options["data_span_limit"]),
-                               one_part=bool(options["one_part"]), file=src.episodes_file)
+            rows = src.rows if src.rows is not None else read_unit_rows(scanned.root, src.episodes_file,
+                                                                        scanned.info)
+            # a v2.x episode is its whole data file: sized by the file, as the import does
+            row_groups = ((lambda f: _layout(scanned, f, layouts)) if layout_of(src.episodes_file).sized_by_footers
+                          else (lambda f: None))
+            plans = plan_parts(rows, lambda f: _listed_size(scanned.listing, f), row_groups,
+                               limit=int(options["data_span_limit"]), one_part=bool(options["one_part"]),
+                               file=src.episodes_file)
             episodes, parts, data_bytes = len(rows), len(plans), sum(p.data_bytes for p in plans)
             decoded = sum(p.decoded_bytes for p in plans)
         except LeRobotImportError as ex:
@@ -243,12 +245,6 @@ def _file_plan(scanned: sources.DatasetSources, decision: sources.EpisodesFileDe
         problem = str(missing) if missing is not None else None
     return FilePlan(decision.episodes_file, decision.action, decision.reason, episodes, parts, data_bytes,
                     src.video_files, decoded, problem, sources=src)
-
-
-def _read_rows(root: str, info: DatasetInfo, rel: str):
-    if v2.is_group(rel):
-        return v2.group_rows(v2.load_episodes(root), info, rel)
-    return read_episodes_file(root, rel, info)
 
 
 def _layout(scanned: sources.DatasetSources, rel: str,

@@ -13,7 +13,7 @@ import apache_beam as beam
 from transforms.base import hub, live_counts, storage
 from transforms.base.errors import LeRobotImportError
 from transforms.episode.quirks import WarningRecord
-from transforms.lerobot import sources, v2
+from transforms.lerobot import layouts, sources
 from transforms.lerobot import fingerprint as dataset_fingerprint
 from transforms.lerobot.dataset import check_dataset, list_episodes_files
 from transforms.lerobot.info import EPISODES_DIR
@@ -198,7 +198,7 @@ class _CheckDataset(beam.DoFn):
         report = DatasetReport(file_sources=current, kept=tuple(kept), warnings=_kept_warnings(root, previous, kept),
                                index_kept=media.kept_shards, video_versions=carried)
         read = {f.episodes_file: f.rows for f in scanned.files
-                if f.rows is not None and f.problem is None and not v2.is_group(f.episodes_file)}
+                if f.rows is not None and f.problem is None and layouts.layout_of(f.episodes_file).sized_by_footers}
         return report, frozenset(k.episodes_file for k in kept), media, read
 
     def _up_to_date(self, root: str, source: dataset_fingerprint.Fingerprint, previous: Optional[dict]) -> bool:

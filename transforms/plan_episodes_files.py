@@ -14,7 +14,7 @@ from transforms.base.errors import LeRobotImportError
 from transforms.episode import quirks
 from transforms.episode.outcomes import failed_file
 from transforms.episode.quirks import ClipSpan
-from transforms.lerobot import data_files, v2
+from transforms.lerobot import data_files, layouts
 from transforms.lerobot import episodes_files as episodes_metadata
 from transforms.lerobot.info import DatasetInfo
 from transforms.messages import (ClipUse, DatasetReport, FileCounts, FileInputs, ImportConfig, PartHeader, PartInputs,
@@ -104,46 +104,24 @@ class _PlanEpisodesFile(beam.DoFn):
     def _plan(self, root: str, rel: str, read: Optional[Sequence[episodes_metadata.EpisodeRow]] = None
               ) -> tuple | DatasetReport:
         """(info, rows, parts) of an episodes file, or the report of its failure (every episode accounted).
-        `read`: its rows as the check step read them (then the file is not read again)."""
-        if v2.is_group(rel):
-            return self._plan_v2_group(root, rel)
-        source = None
+        `read`: its rows as the check step read them (then the file is not read again). A v2.x group's
+        episodes are each their own data file's rows: sized by the file (one listing of the chunk's data
+        folder), no footer read."""
+        layout = layouts.layout_of(rel)
+        info = None
         try:
-            if read is None:
-                source = episodes_metadata.open_episodes_file(root, rel)
             info = load_info(root, skip_videos=self._config.skip_videos)
-            rows = list(read) if read is not None else episodes_metadata.read_episode_rows(source, info, file=rel)
-            parts = episodes_metadata.plan_parts(rows, lambda f: self._data_file_size(root, f),
-                                                 lambda f: self._layout(root, f, info),
+            rows = list(read) if read is not None else layout.read_rows(root, rel, info)
+            for f, size in layout.data_file_sizes(root, rows).items():
+                self._sizes.setdefault((root, f), size)
+            row_groups = (lambda f: self._layout(root, f, info)) if layout.sized_by_footers else (lambda f: None)
+            parts = episodes_metadata.plan_parts(rows, lambda f: self._data_file_size(root, f), row_groups,
                                                  limit=self._config.data_span_limit,
                                                  one_part=self._config.one_part, file=rel)
             return info, rows, parts
         except LeRobotImportError as ex:
             episodes = (tuple(r.episode_index for r in read) if read is not None else
-                        episodes_metadata.episode_indices(source) if source is not None else ())
-            return DatasetReport(outcomes=(failed_file(root, rel, episodes,
-                                                       [error_record(ex, dataset=root, episodes_file=rel)]),))
-        finally:
-            if source is not None and not isinstance(source, bytes):
-                source.close()
-
-
-    def _plan_v2_group(self, root: str, rel: str) -> tuple | DatasetReport:
-        """A group of a v2.x dataset's episodes (its lines of meta/episodes.jsonl), planned as an episodes
-        file is. Each episode is its own data file's rows, so its bytes are the file's size (from one listing
-        of the chunk's data folder), and no footer is read to size the parts."""
-        info = None
-        try:
-            info = load_info(root, skip_videos=self._config.skip_videos)
-            rows = v2.group_rows(v2.load_episodes(root), info, rel)
-            for f, size in v2.listed_sizes(root, rows).items():
-                self._sizes.setdefault((root, f), size)
-            parts = episodes_metadata.plan_parts(rows, lambda f: self._data_file_size(root, f), lambda f: None,
-                                                 limit=self._config.data_span_limit,
-                                                 one_part=self._config.one_part, file=rel)
-            return info, rows, parts
-        except LeRobotImportError as ex:
-            episodes = v2.group_episode_indices(root, info, rel)
+                        layout.failed_episodes(root, rel, info))
             return DatasetReport(outcomes=(failed_file(root, rel, episodes,
                                                        [error_record(ex, dataset=root, episodes_file=rel)]),))
 
