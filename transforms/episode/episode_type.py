@@ -14,7 +14,7 @@ from transforms.language import columns as language_columns
 from transforms.lerobot import depth as depth_lib
 from transforms.episode import spql_types
 from transforms.lerobot.info import DatasetInfo, Feature
-from transforms.errors import LeRobotImportError
+from transforms.base.errors import LeRobotImportError
 
 TENSOR_METADATA_KEY = b"spiraldb:tensor:metadata"
 

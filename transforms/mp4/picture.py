@@ -19,7 +19,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Optional
 
-from transforms.errors import LeRobotImportError
+from transforms.base.errors import LeRobotImportError
 from transforms.mp4.boxes import Box, BoxWalk, full_box, parse_box_header
 
 __all__ = ["PictureFormat", "picture_format"]

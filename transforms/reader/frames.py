@@ -60,8 +60,8 @@ from typing import Any, Callable, Mapping, Optional, Sequence
 import numpy as np
 import pyarrow as pa
 
-from transforms import storage
-from transforms.errors import LeRobotImportError
+from transforms.base import storage
+from transforms.base.errors import LeRobotImportError
 from transforms.lerobot import depth as depth_lib
 from transforms.lerobot.tasks import TASKS_PATH, frame_tasks, read_tasks
 from transforms.episode import spql_types
