@@ -6,6 +6,7 @@
     arrow.py        tables <-> Arrow spql.MediaIndex (read back checked, for readers)
     limits.py       the bounds of one read (moov size, samples, boxes, requests)
     media_index.py  the entry point: `read_media_index(fs, path)`
+    picture.py      what pictures a track holds (planes, bit depth) from its sample entry: depth or colour
 """
 
 from transforms.mp4.arrow import InvalidMediaIndex, media_index_array, read_track
