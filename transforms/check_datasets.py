@@ -16,7 +16,7 @@ from transforms.episode.quirks import WarningRecord
 from transforms.lerobot import layouts, sources
 from transforms.lerobot import fingerprint as dataset_fingerprint
 from transforms.lerobot.dataset import check_dataset, list_episodes_files
-from transforms.lerobot.info import EPISODES_DIR
+from transforms.lerobot.info import META_EPISODES_DIR
 from transforms.messages import (DatasetReport, FileInputs, ImportConfig, KeptFile, Mp4Version,
                                  ReadRows, ShardTouch, error_record, internal_record)
 from transforms.output import damage as output_damage
@@ -247,7 +247,7 @@ def episodes_files(root: str, *, skip_videos: bool = False) -> tuple[str, ...]:
     try:
         return check_dataset(root, skip_videos=skip_videos).episodes_files
     except OSError as ex:
-        raise LeRobotImportError("io", f"cannot list the dataset's files: {ex}", file=EPISODES_DIR) from None
+        raise LeRobotImportError("io", f"cannot list the dataset's files: {ex}", file=META_EPISODES_DIR) from None
 
 
 def _listed_anyway(root: str) -> tuple[str, ...]:
