@@ -30,9 +30,9 @@ from transforms.base.errors import LeRobotImportError
 from transforms.lerobot import hints
 from transforms.lerobot.info import INDEXED_CODECS
 from transforms.mp4 import arrow as mp4_arrow
-from transforms.messages import (ClipUse, DatasetReport, ImportConfig, Mp4Version, PartInputs,
+from transforms.messages import (ClipUse, DatasetReport, Mp4Version, PartInputs,
                                  PartMp4, ShardTouch, VideoFailure, error_record, internal_record, load_info)
-from transforms.safety_net import counter, guarded, in_phase
+from transforms.safety_net import ImportDoFn, ImportStep, counter, guarded, in_phase
 
 _LOG = logging.getLogger(__name__)
 
@@ -104,7 +104,7 @@ class Mp4Facts(NamedTuple):
     reports: beam.PCollection  # (dataset, DatasetReport): media_index shards, MP4 tokens, warnings, unusable MP4s
 
 
-class ReadMp4Facts(beam.PTransform):
+class ReadMp4Facts(ImportStep):
     """Read every MP4 the clips use, once each, unless its media_index/ row is carried; update the shards.
 
     Args:
@@ -116,10 +116,6 @@ class ReadMp4Facts(beam.PTransform):
     Returns: `Mp4Facts`. An MP4 whose reading raised unexpectedly fails the parts that use it with rule
     `internal`.
     """
-
-    def __init__(self, config: ImportConfig) -> None:
-        super().__init__()
-        self._config = config
 
     def expand(self, inputs):
         if isinstance(inputs, tuple):
@@ -139,12 +135,9 @@ class ReadMp4Facts(beam.PTransform):
                         (read.reports, index_files) | "Mp4Reports" >> beam.Flatten())
 
 
-class _ReadMp4File(beam.DoFn):
+class _ReadMp4File(ImportDoFn):
     """((dataset, MP4), its ClipUses and Mp4Version) -> the file's facts for each part, or the failure for
     each part; the row read for media_index/ (not for a carried row); the MP4's token."""
-
-    def __init__(self, config: ImportConfig) -> None:
-        self._config = config
 
     def setup(self) -> None:
         self._files, self._bytes, self._requests = counter("mp4_files"), counter("mp4_bytes_read"), \
@@ -272,7 +265,7 @@ def _mp4_bug(bad) -> Iterator[tuple[tuple, PartInputs]]:
         yield part, PartInputs(failures=(bug,))
 
 
-class WriteMediaIndex(beam.PTransform):
+class WriteMediaIndex(ImportStep):
     """((dataset, shard), MediaIndexRow or ShardTouch) -> (dataset, DatasetReport with the ShardOutcome):
     each shard that gains, changes or loses a row is rewritten (its other rows carried from the old file);
     a shard left with no row is reported `emptied` (the finish step removes it).
@@ -280,10 +273,6 @@ class WriteMediaIndex(beam.PTransform):
     Args:
         config: the run's configuration (where each dataset's output goes).
     """
-
-    def __init__(self, config: ImportConfig) -> None:
-        super().__init__()
-        self._config = config
 
     def expand(self, keyed):
         written = (keyed
@@ -302,10 +291,7 @@ def _shard_bug(bad) -> tuple[str, DatasetReport]:
                                index_files=(ShardOutcome(shard, FAILED),))
 
 
-class _WriteShard(beam.DoFn):
-    def __init__(self, config: ImportConfig) -> None:
-        self._config = config
-
+class _WriteShard(ImportDoFn):
     def setup(self) -> None:
         self._written = counter("media_index_shards_written")
 

@@ -34,7 +34,7 @@ from transforms.lerobot.info import DatasetInfo
 from transforms.messages import (FileInputs, ImportConfig, PartHeader,
                                  PartInputs, error_record, internal_record, load_info)
 from transforms.commit_episodes_files import commit_file
-from transforms.safety_net import counter, guarded
+from transforms.safety_net import ImportDoFn, counter, guarded
 
 _LOG = logging.getLogger(__name__)
 
@@ -107,11 +107,8 @@ def unit_order(unit: tuple[str, str, int], part: tuple[tuple[str, str, int], Par
     return (min(starts) if starts else -1, key)
 
 
-class _WriteParts(beam.DoFn):
+class _WriteParts(ImportDoFn):
     MAX_OPEN_FILES = 4
-
-    def __init__(self, config: ImportConfig) -> None:
-        self._config = config
 
     def setup(self) -> None:
         self._readers: OrderedDict[tuple[str, str], data_files.DataFileReader] = OrderedDict()
