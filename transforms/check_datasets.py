@@ -16,13 +16,13 @@ from transforms.episode.quirks import WarningRecord
 from transforms.lerobot import layouts, sources
 from transforms.lerobot import fingerprint as dataset_fingerprint
 from transforms.lerobot.dataset import check_dataset, list_episodes_files
-from transforms.lerobot.info import EPISODES_DIR
-from transforms.messages import (DatasetReport, FileInputs, ImportConfig, KeptFile, Mp4Version,
+from transforms.lerobot.info import META_EPISODES_DIR
+from transforms.messages import (DatasetReport, FileInputs, KeptFile, Mp4Version,
                                  ReadRows, ShardTouch, error_record, internal_record)
 from transforms.output import damage as output_damage
 from transforms.output import journal, paths, safety
 from transforms.output.index_shards import MediaIndexPlan, decide_run
-from transforms.safety_net import counter, guarded, in_phase
+from transforms.safety_net import ImportDoFn, ImportStep, counter, guarded, in_phase
 
 _LOG = logging.getLogger(__name__)
 
@@ -38,7 +38,7 @@ class CheckedDatasets(NamedTuple):
     file_sources: beam.PCollection  # ((root, episodes file), FileInputs): the sources of each file to import
 
 
-class CheckDatasets(beam.PTransform):
+class CheckDatasets(ImportStep):
     """Decide which datasets to import and list their episodes files.
 
     A dataset whose last import succeeded with the same options from the same files is skipped (it
@@ -58,10 +58,6 @@ class CheckDatasets(beam.PTransform):
     Input: dataset root URIs. Returns: `CheckedDatasets`.
     """
 
-    def __init__(self, config: ImportConfig) -> None:
-        super().__init__()
-        self._config = config
-
     def expand(self, roots):
         checked = roots | "Check" >> guarded(_CheckDataset(self._config), "reports", "mp4_versions", "shard_touches",
                                              "file_sources", main="episodes_files")
@@ -70,10 +66,7 @@ class CheckDatasets(beam.PTransform):
                                checked.mp4_versions, checked.shard_touches, checked.file_sources)
 
 
-class _CheckDataset(beam.DoFn):
-    def __init__(self, config: ImportConfig) -> None:
-        self._config = config
-
+class _CheckDataset(ImportDoFn):
     def setup(self) -> None:
         self._skipped = counter("datasets_skipped")
 
@@ -247,7 +240,7 @@ def episodes_files(root: str, *, skip_videos: bool = False) -> tuple[str, ...]:
     try:
         return check_dataset(root, skip_videos=skip_videos).episodes_files
     except OSError as ex:
-        raise LeRobotImportError("io", f"cannot list the dataset's files: {ex}", file=EPISODES_DIR) from None
+        raise LeRobotImportError("io", f"cannot list the dataset's files: {ex}", file=META_EPISODES_DIR) from None
 
 
 def _listed_anyway(root: str) -> tuple[str, ...]:
