@@ -135,6 +135,7 @@ def run(argv: Optional[Sequence[str]] = None, *, wait: bool = True, verbosity: i
 
     options = PipelineOptions(argv)
     import_options = options.view_as(ImportOptions)
+    use_dask_runner(options)
     problem = runner_problem(options)
     if problem:  # before any lease or request: Beam would say it only once the pipeline is submitted
         raise SystemExit(f"error: {problem}")
@@ -214,6 +215,28 @@ def safe_targets(config: ImportConfig) -> tuple[ImportConfig, list[str]]:
     return dataclasses.replace(config, targets=tuple(kept)), refused
 
 
+#: `--runner` values that name Beam's Dask runner (its short names, its class path): the import runs them on
+#: `pipelines.dask_runner`, which computes what the DirectRunner computes (Beam's own loses outputs).
+DASK_RUNNER_NAMES = ("daskrunner", "dask", "apache_beam.runners.dask.dask_runner.daskrunner")
+
+
+def use_dask_runner(options: PipelineOptions) -> bool:
+    """`--runner DaskRunner` (or Beam's class path) runs on `pipelines.dask_runner.DaskRunner`; only then is
+    that module (and Dask) loaded. SystemExit with one line when this Beam or this install cannot run it."""
+    from apache_beam.options.pipeline_options import StandardOptions
+
+    standard = options.view_as(StandardOptions)
+    if not isinstance(standard.runner, str) or standard.runner.lower() not in DASK_RUNNER_NAMES:
+        return False
+    from pipelines import dask_runner
+    dask_runner.check_beam()
+    problem = dask_runner.check_installed()
+    if problem:
+        raise SystemExit(f"error: {problem}")
+    standard.runner = dask_runner.RUNNER_PATH
+    return True
+
+
 DATAFLOW_NEEDS = (("project", "PROJECT"), ("region", "us-central1"), ("temp_location", "gs://BUCKET/tmp"))
 
 
@@ -291,7 +314,7 @@ def run_interruptibly(pipeline: beam.Pipeline):  # -> its PipelineResult
 
     def target() -> None:
         try:
-            result = pipeline.run()
+            result = box["running"] = pipeline.run()
             result.wait_until_finish()
             box["result"] = result
         except BaseException as ex:  # noqa: BLE001 - handed to the main thread, raised there
@@ -317,6 +340,12 @@ def run_interruptibly(pipeline: beam.Pipeline):  # -> its PipelineResult
                     signal.signal(s, signal.SIG_IGN)
                 raise Stuck(stuck)
     except (Interrupted, Stuck):
+        # A run on a cluster (the Dask runner) goes on there: its tasks are cancelled and those already
+        # running waited for, so what the command then records is final, as `stopping` makes it locally
+        stop_remote = getattr(box.get("running"), "stop_remote_work", None)
+        if stop_remote is not None and not stop_remote(STOP_WAIT_S):
+            _LOG.warning("tasks of the run still running on the cluster %.0f s after the stop; recording "
+                         "what was committed anyway", STOP_WAIT_S)
         # Beam removes the local temporary folder every Pipeline makes (empty for the import) only when
         # run() returns, and the command ends before the pipeline's thread does
         tempdir = getattr(pipeline, "local_tempdir", None)
