@@ -30,6 +30,8 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import re
+import uuid
 import zlib
 from collections import defaultdict
 from typing import Any, Iterable, Optional
@@ -123,7 +125,12 @@ def _run_bundle(items: Iterable, blob: bytes, *sides: list) -> list:
     from apache_beam.transforms.sideinputs import SideInputMap
     from apache_beam.utils.counters import CounterFactory
 
-    step, fn, args, kwargs, windowing, views = pickler.loads(blob)
+    step, fn, args, kwargs, windowing, views, run_token = pickler.loads(blob)
+    done = _done_event(run_token)
+    if done is not None and done.is_set():
+        raise LostResults(f"step {step}: a worker of the cluster was lost after this bundle had run, and Dask "
+                          "would run it again over an output the run has changed since (its checks and plans "
+                          "would disagree with what was written); the run stops here instead")
     side_maps = [SideInputMap(view_class, view_options, values)
                  for (view_class, view_options), values in zip(views, sides)]
     out: list = []
@@ -146,7 +153,31 @@ def _run_bundle(items: Iterable, blob: bytes, *sides: list) -> list:
     counters = {(key.step, key.metric.namespace, key.metric.name): value
                 for key, value in container.get_cumulative().counters.items()}
     out.append((_METRICS, counters))
+    if done is not None:
+        done.set()
     return out
+
+
+class LostResults(RuntimeError):
+    """A bundle that had run was asked to run again (its results died with a worker)."""
+
+
+def _done_event(run_token: str):
+    """The cluster-wide flag "this bundle (the running task) has run", or None outside a Dask worker.
+
+    Beam's model retries a bundle that failed, and so does this runner (a task that died with its worker
+    runs again: its writes are idempotent). What it must not do is run again a bundle whose results were
+    lost after they had been used: the import's steps read the output (the check step, the commit) that
+    the run itself has changed since, so a second run of an early step would send later steps elements that
+    contradict what was written (files counted twice, a manifest of 34 files for 24). Dask recomputes such
+    lost results silently, so each bundle marks itself done on the scheduler and refuses a second run."""
+    try:
+        import distributed
+        worker = distributed.get_worker()
+    except (ImportError, ValueError):
+        return None
+    key = worker.get_current_task()
+    return None if key is None else distributed.Event(f"{run_token}{key}")
 
 
 def _select(bundle_outputs: Iterable, tag) -> list:
@@ -261,13 +292,38 @@ class DaskRunResult(beam.runners.runner.PipelineResult):
                 future.result()  # a task's exception is raised here, on the client
             self._counters = self._metrics_future.result()
             self._state = PipelineState.DONE
+        except LostResults as ex:
+            self._state = PipelineState.FAILED
+            raise SystemExit(f"error: {ex}; the episodes files committed so far are kept and the manifest is not "
+                             "updated; run the same command again to import the rest") from None
+        except (distributed.KilledWorker, distributed.client.FutureCancelledError, OSError) as ex:
+            # the cluster lost the run (workers died with its tasks again and again, the scheduler went
+            # away): what committed is in the output's journal, which the next run folds in
+            self._state = PipelineState.FAILED
+            raise SystemExit(f"error: the Dask cluster could not finish the run ({type(ex).__name__}: {ex}); "
+                             "the episodes files committed so far are kept and the manifest is not updated; run "
+                             "the same command again to import the rest") from None
         except BaseException:
             self._state = PipelineState.FAILED
             raise
         finally:
+            self._clear_flags()
             if self._own_client and self._state != PipelineState.RUNNING:
                 self.client.close()
         return self._state
+
+    done_flags: list = []
+
+    def _clear_flags(self) -> None:
+        """Remove the run's bundle flags from the scheduler (best effort: a scheduler gone has none)."""
+        import distributed
+
+        for name in self.done_flags:
+            try:
+                distributed.Event(name, client=self.client).clear()
+            except Exception:  # noqa: BLE001 - the flags only guard this run, which is over
+                return
+        self.done_flags = []
 
     def cancel(self):
         from apache_beam.runners.runner import PipelineState
@@ -292,6 +348,7 @@ class DaskRunResult(beam.runners.runner.PipelineResult):
             except Exception:  # noqa: BLE001 - the scheduler is gone: nothing of the run runs any more
                 return True
             if not running:
+                self._clear_flags()
                 return True
             if time.monotonic() >= deadline:
                 return False
@@ -311,6 +368,7 @@ class _Translation:
     npartitions: Optional[int]
     partition_size: Optional[int]
     spread: int  # partitions of a Reshuffle's or GroupByKey's output
+    run_token: str = dataclasses.field(default_factory=lambda: f"lerobot-import-{uuid.uuid4().hex}-")
     bags: dict = dataclasses.field(default_factory=dict)  # PCollection -> dask bag of windowed values
     metrics: list = dataclasses.field(default_factory=list)
     consumed: set = dataclasses.field(default_factory=set)
@@ -339,7 +397,12 @@ class DaskRunner(_BeamDaskRunner):
             client = None
         own = client is None
         if client is None:
-            client = distributed.Client(**dask_options)
+            try:
+                client = distributed.Client(**dask_options)
+            except OSError as ex:  # no scheduler at that address (or it did not answer in time)
+                raise SystemExit(f"error: --runner DaskRunner: cannot reach the Dask scheduler at "
+                                 f"{dask_options.get('address') or 'a new LocalCluster'} ({ex}); start the cluster "
+                                 "or correct --dask_client_address") from None
         # Beam's overrides make Create, Reshuffle, Read, GroupByKey and Flatten leaves of their own; the
         # GroupByKey one expands into steps of Beam's DirectRunner, so it is not used.
         pipeline.replace_all([o for o in dask_overrides() if type(o).__name__ != "GroupByKeyOverride"])
@@ -361,7 +424,10 @@ class DaskRunner(_BeamDaskRunner):
                 client.close()
             return DaskRunResult(client, [], None, keys, False, dry_run=True)
         futures = client.compute(collections)
-        return DaskRunResult(client, list(futures[:-1]), futures[-1], keys, own)
+        result = DaskRunResult(client, list(futures[:-1]), futures[-1], keys, own)
+        result.done_flags = [f"{state.run_token}{k}" for k in keys if str(k).startswith("('beam_")
+                             or (isinstance(k, tuple) and str(k[0]).startswith("beam_"))]
+        return result
 
 
 def _has_client() -> bool:
@@ -411,12 +477,14 @@ def _translate(applied, state: _Translation) -> None:
         main = applied.main_inputs and next(iter(applied.main_inputs.values()))
         views = [(type(si), si._view_options()) for si in transform.side_inputs]
         blob = pickler.dumps((applied.full_label, transform.fn, transform.args, transform.kwargs,
-                              main.windowing, views))
+                              main.windowing, views, state.run_token))
         sides = []
         for si in transform.side_inputs:
             state.consumed.add(si.pvalue)
             sides.append(state.bags[si.pvalue].reduction(_values, _concat))
-        bundles = state.bags[main].map_partitions(_run_bundle, blob, *sides)
+        # the bundle tasks are named after their step, so the scheduler's task stream tells who ran what
+        token = "beam_" + re.sub(r"[^A-Za-z0-9]+", "_", applied.full_label).strip("_")
+        bundles = state.bags[main].map_partitions(_run_bundle, blob, *sides, token=token)
         state.metrics.append(bundles.map_partitions(_select, _METRICS))
         for tag, pc in applied.outputs.items():
             # the main output is the untagged one (the DoFn yields it without a TaggedOutput)
