@@ -23,10 +23,12 @@ import pyarrow.parquet as pq
 import pytest
 
 from tests.bench.synth_dataset import make_dataset
-from tests.helpers import REPO, lerobot_dataset, output_files, run_import
+from tests.helpers import REPO, lerobot_dataset, output_files, run_import, run_python
 
-distributed = pytest.importorskip("distributed", reason="dask.distributed is not installed "
-                                  "(pip install 'lerobot-beam-import[dask]')")
+try:
+    import distributed
+except ImportError:  # the tests of the cluster skip; the one of the DirectRunner's path still runs
+    distributed = None
 
 SAMPLE = REPO / "tests" / "data" / "so101_av1"
 FILES = 24  # episodes files of the interrupt and worker-kill dataset (2 episodes each)
@@ -34,9 +36,23 @@ FILES = 24  # episodes files of the interrupt and worker-kill dataset (2 episode
 
 @pytest.fixture(scope="module")
 def cluster():
+    if distributed is None:
+        pytest.skip("dask.distributed is not installed (pip install 'lerobot-beam-import[dask]')")
     with distributed.LocalCluster(n_workers=2, processes=True, threads_per_worker=1, host="127.0.0.1",
                                   dashboard_address=None) as c, distributed.Client(c) as client:
         yield c, client
+
+
+def test_direct_runner_loads_nothing_of_dask(tmp_path):
+    """The DirectRunner's path is the one it was: an import there loads neither the Dask layer nor Dask."""
+    lines = run_python(
+        "import sys\n"
+        "from tests.helpers import run_import\n"
+        f"assert run_import({str(SAMPLE)!r}, {str(tmp_path / 'out')!r}) == 0\n"
+        "print(sorted(m for m in sys.modules if m == 'dask' or m.startswith(('dask.', 'distributed', "
+        "'pipelines.dask_runner', 'apache_beam.runners.dask'))))")
+    assert lines[-1] == "[]", lines[-3:]
+    assert json.loads((tmp_path / "out" / "manifest.json").read_text())["status"] == "imported"
 
 
 def _dask_import(cluster, dataset, out, *extra) -> int:
