@@ -233,3 +233,29 @@ def test_worker_killed_mid_run(cluster, many_files, reference, tmp_path):
         assert _dask_import(cluster, many_files, out) == 0
         assert json.loads((out / "manifest.json").read_text())["status"] == "imported"
         assert_same_episodes(out, reference)
+
+
+def test_a_beam_the_layer_does_not_know_is_refused(monkeypatch):
+    import apache_beam
+
+    from pipelines import dask_runner
+
+    monkeypatch.setattr(apache_beam, "__version__", "2.78.0")
+    with pytest.raises(SystemExit) as ex:
+        run_import(SAMPLE, "/nonexistent/out", "--runner", "DaskRunner")
+    assert str(ex.value) == ("error: --runner DaskRunner: this import's Dask support was written for apache-beam "
+                             "2.77.x and this install has 2.78.0; install a supported apache-beam (pip install "
+                             "'lerobot-beam-import[dask]') or run on another runner")
+    assert dask_runner.SUPPORTED_BEAM == ("2.77.",)
+
+
+def test_an_unreachable_scheduler_is_one_line(tmp_path):
+    if distributed is None:
+        pytest.skip("dask.distributed is not installed (pip install 'lerobot-beam-import[dask]')")
+    with pytest.raises(SystemExit) as ex:
+        run_import(SAMPLE, tmp_path / "out", "--runner", "DaskRunner", "--dask_client_address", "tcp://127.0.0.1:9",
+                   "--dask_connection_timeout", "1")
+    assert str(ex.value).startswith("error: --runner DaskRunner: cannot reach the Dask scheduler at "
+                                    "tcp://127.0.0.1:9 (")
+    assert str(ex.value).endswith("); start the cluster or correct --dask_client_address")
+    assert not (tmp_path / "out" / ".lease.json").exists()  # released
