@@ -52,7 +52,7 @@ setup(
             "s3fs>=2024.2",
             # the Hub stand-in tests drive huggingface_hub's own client
             "huggingface_hub>=0.30",
-            # the README's query examples (transforms.query) run against both engines
+            # the README's query examples (transforms.reader.query) run against both engines
             "duckdb>=1.3",
             # tests/test_dask_cluster.py: the import on a LocalCluster of worker processes
             "apache-beam[dask]>=2.77,<2.78",
@@ -62,5 +62,5 @@ setup(
             # command installs torch==2.13.0 from PyTorch's CPU index beside this extra.
         ],
     },
-    entry_points={"console_scripts": ["lerobot-import=pipelines.import_lerobot:main"]},
+    entry_points={"console_scripts": ["lerobot-import=pipelines.cli:main"]},
 )
