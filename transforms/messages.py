@@ -17,6 +17,7 @@ from typing import Iterable, Optional
 
 
 from transforms.episode.clips import Mp4File
+from transforms.output.incremental import KeptFile
 from transforms.output.index_shards import ShardOutcome, ShardRecord
 from transforms.episode.outcomes import FileOutcome, PartResult
 from transforms.episode.quirks import ClipSpan, WarningRecord
@@ -201,16 +202,6 @@ class FileInputs(_Merged):
     findings: tuple[Finding, ...] = ()  # what the quality checks found in its parts
     sources: tuple[EpisodesFileSources, ...] = ()  # what its import is made from (recorded as it commits)
     committed: tuple[CommittedFile, ...] = ()  # committed by the writer of its last part
-
-
-@dataclasses.dataclass(frozen=True)
-class KeptFile:
-    """An episodes file this run leaves alone: unchanged since the run that imported it (its manifest
-    entry is carried as it was, `entry_json`), or gone from the dataset (`removed`: its parts are deleted)."""
-
-    episodes_file: str
-    removed: bool
-    entry_json: str  # the previous manifest entry, JSON
 
 
 @dataclasses.dataclass(frozen=True)

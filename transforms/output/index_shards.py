@@ -385,40 +385,6 @@ def without_shards(previous: PreviousMediaIndex, shards: frozenset[str]) -> Prev
 OLDER_LAYOUT = "older media_index layout"
 
 
-def decide_run(files: Sequence[sources.EpisodesFileSources], previous_manifest: Optional[Mapping[str, Any]],
-               token: Callable[[str], str], *, dataset_file: Callable[[str], str], inline_index: bool = False,
-               force: bool = False, damaged: Iterable[str] = ()
-               ) -> tuple[tuple[sources.EpisodesFileDecision, ...], MediaIndexPlan]:
-    """Per episodes file what a run does (`sources.decide`), and what it does with MP4s and shards.
-
-    An unchanged episodes file is left alone only when every MP4 it uses is accounted for by the last
-    run's media_index/ (`video_versions`, same token): else it is imported, which reads its MP4s. An
-    output of an older layout (no `media_index_layout`) is imported again whole.
-
-    Args:
-        files: the sources of the dataset's current episodes files.
-        previous_manifest: the output's manifest written with this run's options, or None.
-        token: MP4 path -> its storage token now.
-        dataset_file: MP4 path -> its URI.
-        inline_index: the run writes each MediaIndex inside the episodes (no media_index/).
-        force: redo everything.
-        damaged: shards found damaged (`damage.find_damage`): rebuilt, every MP4 of them read again.
-    """
-    previous = without_shards(previous_media_index(previous_manifest), frozenset(damaged))
-    videos = sorted({v for f in files for v in f.video_files})
-    tokens = {v: token(v) for v in videos}
-    carry = previous_manifest is not None and not inline_index and not force
-    rebuild = OLDER_LAYOUT if carry and previous.older_layout and (
-        videos or previous_manifest.get("media_index")) else None
-    decisions = sources.decide(files, previous_manifest, force=force, rebuild=rebuild,
-                               recorded_videos=previous.versions if carry else None, video_tokens=tokens)
-    imported = {v for d in decisions if d.action == sources.IMPORT and d.sources for v in d.sources.video_files}
-    left = {v for d in decisions if d.action == sources.UNCHANGED and d.sources for v in d.sources.video_files}
-    plan = plan_media_index(videos, imported, tokens.__getitem__, previous, dataset_file=dataset_file,
-                            inline_index=inline_index, force=force, left_videos=left)
-    return decisions, plan
-
-
 def final_media_index(kept: Iterable[ShardRecord], outcomes: Iterable[ShardOutcome], versions: Iterable[tuple[str, str]]
                       ) -> tuple[list[ShardRecord], dict[str, str]]:
     """The shards an output holds after a run, and the MP4 tokens they account for.
