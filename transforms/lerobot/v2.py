@@ -55,6 +55,9 @@ GROUP_PREFIX = EPISODES_JSONL + ":"
 MAX_EPISODES_JSONL_BYTES = 256 * 1024 * 1024
 #: tasks.jsonl is read whole by the reader.
 MAX_TASKS_JSONL_BYTES = 64 * 1024 * 1024
+#: A task_index of tasks.jsonl is below this (the data files' task_index column holds it; LeRobot numbers
+#: the tasks from 0).
+MAX_TASK_INDEX = 2 ** 31
 #: One line of episodes.jsonl (LeRobot writes about 100 bytes; a long instruction or many tasks stay far below):
 #: a longer line is refused before it is parsed, so one line cannot fill a worker with its task strings.
 MAX_EPISODES_LINE_BYTES = 1024 * 1024
@@ -327,22 +330,34 @@ def parse_tasks_jsonl(raw: bytes) -> dict[int, str]:
     """meta/tasks.jsonl: task_index -> task (LeRobot v2.x keys its tasks by `task_index`).
 
     Raises:
-        ValueError: a line that is not `{"task_index": int, "task": str}`, naming it.
+        LeRobotImportError: rule `episodes_file`, naming the first line that is not `{"task_index": int,
+            "task": str}` with 0 <= task_index < MAX_TASK_INDEX, or a task_index listed twice.
     """
     tasks: dict[int, str] = {}
+    lines: dict[int, int] = {}
     for number, line in enumerate(raw.split(b"\n"), 1):
         if not line.strip():
             continue
         try:
             doc: Any = json.loads(line)
-        except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as ex:
-            raise ValueError(f"line {number} of {TASKS_JSONL} is not JSON ({shorten(str(ex), 120)})") from None
+        except (UnicodeDecodeError, json.JSONDecodeError, RecursionError, ValueError) as ex:
+            raise _tasks_error(number, f"is not JSON ({shorten(str(ex), 120)})") from None
         index = doc.get("task_index") if isinstance(doc, dict) else None
         task = doc.get("task") if isinstance(doc, dict) else None
-        if isinstance(index, bool) or not isinstance(index, int) or not isinstance(task, str):
-            raise ValueError(f"line {number} of {TASKS_JSONL} is not {{\"task_index\": int, \"task\": str}}")
-        tasks[index] = task
+        if not isinstance(doc, dict) or not isinstance(task, str):
+            raise _tasks_error(number, "is not {\"task_index\": int, \"task\": str}")
+        if isinstance(index, bool) or not isinstance(index, int) or not 0 <= index < MAX_TASK_INDEX:
+            raise _tasks_error(number, f"has `task_index` {quote(index, 40)}; it must be an integer from 0 to "
+                               f"{MAX_TASK_INDEX - 1}")
+        if index in tasks:
+            raise _tasks_error(number, f"lists task_index {index} again (line {lines[index]} names it first)")
+        tasks[index], lines[index] = task, number
     return tasks
+
+
+def _tasks_error(number: int, what: str) -> LeRobotImportError:
+    return LeRobotImportError("episodes_file", f"line {number} of {TASKS_JSONL} {what}; LeRobot writes one task per "
+                              "line: {\"task_index\": 0, \"task\": \"...\"}", file=TASKS_JSONL)
 
 
 def layout_problem(root: str, names: Mapping[str, bool]) -> Optional[str]:

@@ -12,7 +12,7 @@ from transforms.quality.episode_checks import BOOKKEEPING, TOLERANCE_S, EpisodeC
 from transforms.quality.findings import (CHECKS, ERROR, LEROBOT_BLOCKING, REFUSED, SCHEMA, WARNING, Finding,
                                          merge_summaries, message, parse_strict, summarize, table, table_bytes,
                                          with_severity)
-from transforms.quality.part import check_part, read_tasks
+from transforms.quality.part import check_part, load_tasks, read_tasks
 from transforms.quality.video_checks import (SampleTimes, clips_window, presentation_timeline, presentation_times,
                                              sample_window, video_samples)
 
@@ -20,6 +20,6 @@ __all__ = [
     "BOOKKEEPING", "CHECKS", "ERROR", "EpisodeContext", "Finding", "LEROBOT_BLOCKING", "REFUSED", "SCHEMA",
     "SampleTimes", "TOLERANCE_S", "WARNING", "check_episode", "check_part", "clips_window", "dataset_totals",
     "index_ranges", "indices_of", "info_document", "merge_summaries", "message", "parse_strict",
-    "presentation_timeline", "presentation_times", "read_tasks", "sample_window", "summarize", "table",
+    "load_tasks", "presentation_timeline", "presentation_times", "read_tasks", "sample_window", "summarize", "table",
     "table_bytes", "undeclared_columns",
     "video_samples", "with_severity"]

@@ -236,12 +236,17 @@ def episode_tasks(ctx: EpisodeContext, tasks: Optional[Sequence[str]]) -> list[F
     index = _int_column(ctx.frames, "task_index")
     used, first = np.unique(index, return_index=True)
     unknown = used[(used < 0) | (used >= len(tasks))]
+    unknown = np.concatenate([unknown, np.array([k for k in used if 0 <= k < len(tasks) and tasks[int(k)] is None],
+                                                np.int64)])
     if len(unknown):
         bad = np.isin(index, unknown)
         i = int(np.flatnonzero(bad)[0])
+        file = getattr(tasks, "file", "meta/tasks.parquet")
+        have = f"has {len(tasks)}" if None not in tasks else f"numbers its {sum(t is not None for t in tasks)} " \
+            f"from 0 to {len(tasks) - 1}, leaving this one out"
         return [ctx.finding("episode_tasks", "task_index", bad.sum(), i,
-                            f"task_index {int(index[i])} at frame {i} names no task (meta/tasks.parquet has "
-                            f"{len(tasks)}): {int(bad.sum())} frames", file="meta/tasks.parquet")]
+                            f"task_index {int(index[i])} at frame {i} names no task ({file} {have}): "
+                            f"{int(bad.sum())} frames", file=file)]
     named = {tasks[int(k)]: int(f) for k, f in zip(used, first)}
     listed = set(ctx.row.tasks)
     if set(named) == listed:
