@@ -420,7 +420,7 @@ def test_v2_tasks_come_from_tasks_jsonl_never_a_stray_tasks_parquet(so101_v21):
     ("not json", "line 2 of meta/tasks.jsonl is not JSON"),
     ('{"task_index": 0, "task": "again"}', "line 2 of meta/tasks.jsonl lists task_index 0 again (line 1 names it "
                                            "first)"),
-])
+], ids=["nan", "inf", "huge", "negative", "nested", "not_json", "twice"])
 def test_an_unreadable_tasks_jsonl_is_a_dataset_finding_naming_the_line(so101_v21, line, words, capsys):
     """The tasks check does not skip in silence: a tasks.jsonl that is there but cannot be read is one
     dataset-level `episode_tasks` finding naming the file and the line; `check` prints it, and exits 1
