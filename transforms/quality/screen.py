@@ -13,7 +13,7 @@ import pyarrow as pa
 
 from transforms.lerobot.episodes_files import EpisodeRow
 from transforms.lerobot.info import DatasetInfo
-from transforms.quality.episode_checks import TOLERANCE_S, FeaturePlan
+from transforms.quality.episode_checks import TOLERANCE_S, FeaturePlan, row_blocks
 from transforms.quality.video_checks import SampleTimes, _nearest_distance
 
 
@@ -80,19 +80,7 @@ def suspects(info: DatasetInfo, rows: Sequence[EpisodeRow], frames: Sequence[pa.
             own = np.fromiter((r.episode_index for r in rows), np.int64, n)
             mark(joined.to_numpy(zero_copy_only=False).astype(np.int64, copy=False) != own[episode_of])
     for feature in plan.numerics:
-        joined = column(feature.name)
-        if joined is None:
-            flagged[:] = True
-            continue
-        storage = joined.storage if isinstance(joined, pa.ExtensionArray) else joined
-        width = storage.type.list_size if pa.types.is_fixed_size_list(storage.type) else 1
-        values = (storage.flatten() if width > 1 or pa.types.is_fixed_size_list(storage.type) else storage)
-        values = values.to_numpy(zero_copy_only=False).reshape(total, width)
-        if feature.dtype.startswith("float"):
-            mark(~np.isfinite(values).all(axis=1))
-        moved = ~(values == values[starts][episode_of]).all(axis=1)
-        still = np.bincount(episode_of[moved], minlength=n) == 0
-        flagged |= still & (lengths >= 2)
+        _screen_numeric(feature, frames, episode_of, lengths, flagged)
     if tasks is not None and "task_index" in plan.names:
         _screen_tasks(rows, column("task_index"), episode_of, len(tasks), tasks, flagged)
     if samples:
@@ -101,6 +89,41 @@ def suspects(info: DatasetInfo, rows: Sequence[EpisodeRow], frames: Sequence[pa.
         elif frame_index is not None and fps:
             _screen_videos(rows, frame_index / fps, episode_of, samples, flagged)
     return flagged
+
+
+def _screen_numeric(feature, frames: Sequence[pa.StructArray], episode_of: np.ndarray, lengths: np.ndarray,
+                    flagged: np.ndarray) -> None:
+    """Non-finite values and frozen episodes of one numeric feature, over the part's frames in blocks of
+    frames (`row_blocks`): the episodes' columns are not joined into one copy, and no block holds more than
+    BLOCK_VALUES values beside its bools. An episode is frozen when no frame of it differs from the frame
+    before it (the same as from its first frame); a frame's predecessor across a block's edge is kept."""
+    columns = [f.field(feature.name) for f in frames]
+    if any(c.null_count for c in columns):
+        flagged[:] = True
+        return
+    columns = [c.storage if isinstance(c, pa.ExtensionArray) else c for c in columns]
+    fixed = pa.types.is_fixed_size_list(columns[0].type)
+    width = columns[0].type.list_size if fixed else 1
+    joined = pa.chunked_array(columns, type=columns[0].type)
+    floats = feature.dtype.startswith("float")
+    moved = np.zeros(len(lengths), bool)
+    previous = None
+    for lo, hi in row_blocks(len(joined), width):
+        block = joined.slice(lo, hi - lo).combine_chunks()
+        values = (block.flatten() if fixed else block).to_numpy(zero_copy_only=False).reshape(hi - lo, width)
+        where = episode_of[lo:hi]
+        if floats:
+            bad = ~np.isfinite(values).all(axis=1)
+            if bad.any():
+                flagged[np.unique(where[bad])] = True
+        if previous is not None:
+            differs = ~(values[0] == previous).all() and where[0] == episode_of[lo - 1]
+            moved[where[0]] |= bool(differs)
+        if hi - lo > 1:
+            step = ~(values[1:] == values[:-1]).all(axis=1) & (where[1:] == where[:-1])
+            moved[np.unique(where[1:][step])] = True
+        previous = values[-1].copy()
+    flagged |= ~moved & (lengths >= 2)
 
 
 def _screen_tasks(rows: Sequence[EpisodeRow], joined: Optional[pa.Array], episode_of: np.ndarray, count: int,
