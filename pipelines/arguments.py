@@ -8,8 +8,8 @@
 from __future__ import annotations
 
 from transforms.lerobot.span import DATA_SPAN_LIMIT
-from transforms.run_limits import (DEFAULT_DEADLINES_S, HUB_LIST_MAX_ITEMS, HUB_LIST_MAX_PAGES, MIN_READ_RATE,
-                                   SLOW_READ_S)
+from transforms.base.run_limits import (DEFAULT_DEADLINES_S, HUB_LIST_MAX_ITEMS, HUB_LIST_MAX_PAGES, MIN_READ_RATE,
+                                        SLOW_READ_S)
 
 
 def add_import_arguments(parser) -> None:

@@ -187,7 +187,7 @@ def test_each_broken_group_fails_alone_with_its_rule(h264, tmp_path):
 
 
 def _raises(root: Path, rule: str) -> str:
-    from transforms.errors import LeRobotImportError
+    from transforms.base.errors import LeRobotImportError
     with pytest.raises(LeRobotImportError) as raised:
         check_dataset(str(root))
     assert raised.value.rule == rule, str(raised.value)
@@ -228,7 +228,7 @@ def test_episodes_out_of_order_or_twice_fail_their_group(h264):
     lines = (h264 / "meta" / "episodes.jsonl").read_text().splitlines()
     swapped = lines[:4] + [lines[5], lines[4]] + lines[6:]  # episodes 5 then 4, both of chunk-002
     episodes = v2.parse_episodes_jsonl("\n".join(swapped).encode())
-    from transforms.errors import LeRobotImportError
+    from transforms.base.errors import LeRobotImportError
     with pytest.raises(LeRobotImportError) as raised:
         v2.group_rows(episodes, info, "meta/episodes.jsonl:chunk-002")
     assert (raised.value.rule, raised.value.episode_index, raised.value.file) == (
@@ -332,7 +332,7 @@ def _line(i: int, length: int = 5, tasks=("t",)) -> dict:
 def test_episodes_jsonl_bounds_name_the_line(docs, words):
     """Lengths whose running sum passes 2**53 (it wrapped the int64 range: rule `internal`), one line of
     megabytes of task strings, or thousands of tasks for one episode are refused, naming the line."""
-    from transforms.errors import LeRobotImportError
+    from transforms.base.errors import LeRobotImportError
     with pytest.raises(LeRobotImportError) as raised:
         v2.parse_episodes_jsonl(_episodes_jsonl(docs))
     assert raised.value.rule == "episodes_file" and raised.value.file == "meta/episodes.jsonl"
@@ -342,7 +342,7 @@ def test_episodes_jsonl_bounds_name_the_line(docs, words):
 def test_a_long_line_is_found_across_blocks_and_at_the_end():
     """The line scan reads the file in blocks: a long line that straddles a block, or ends the file without
     a newline, is found and numbered like any other; 1 MiB exactly is still a line."""
-    from transforms.errors import LeRobotImportError
+    from transforms.base.errors import LeRobotImportError
     short = _episodes_jsonl([_line(i) for i in range(3)])
     long_line = json.dumps(_line(3, tasks=["x" * (v2.MAX_EPISODES_LINE_BYTES - 60)])).encode()
     assert len(long_line) <= v2.MAX_EPISODES_LINE_BYTES

@@ -35,7 +35,7 @@ import threading
 import time
 from typing import Callable, Iterator, Optional, TypeVar
 
-from transforms.errors import LeRobotImportError
+from transforms.base.errors import LeRobotImportError
 
 T = TypeVar("T")
 
