@@ -5,6 +5,7 @@ request ends a local run. Through the CLI, against the loopback Hub stand-in and
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 import time
 
@@ -146,6 +147,30 @@ def test_read_pace_fails_a_trickle_and_keeps_an_honest_read():
     off.add(1)  # no floor
 
 
+def test_a_source_found_trickling_fails_its_next_reads_at_once():
+    """A dataset's pieces read many files of one source: once a read of it stayed under the floor, the run's
+    next reads of that source (a Hub repository at a revision, a bucket) fail at once, naming the read that
+    found it, instead of each waiting out its own window; another run, or another source, is read as usual."""
+    now = [0.0]
+    limits = run_limits.RunLimits(min_read_rate=1024.0, slow_read_s=10.0, run_id="run-a")
+    first = run_limits.ReadPace("meta/info.json of the Hub dataset o/n", source="hf://datasets/o/n@abc",
+                                limits=limits, clock=lambda: now[0])
+    now[0] += 11.0
+    with pytest.raises(run_limits.SlowRead):
+        first.add(3)
+    with pytest.raises(run_limits.SlowRead) as at_once:
+        run_limits.ReadPace("meta/episodes/chunk-000/file-000.parquet", source="hf://datasets/o/n@abc",
+                            limits=limits, clock=lambda: now[0])
+    assert at_once.value.rule == "deadline"
+    assert at_once.value.message.startswith(
+        "reading meta/episodes/chunk-000/file-000.parquet not read: its source already trickled its bytes this run "
+        "(reading meta/info.json of the Hub dataset o/n stayed under the floor of 1,024 bytes/s for 10 s)")
+    run_limits.ReadPace("x", source="hf://datasets/o/other@abc", limits=limits)
+    run_limits.ReadPace("x", source="hf://datasets/o/n@abc", limits=dataclasses.replace(limits, run_id="run-b"))
+    assert run_limits.source_of("gs://bucket/a/b.parquet") == "gs://bucket"
+    assert run_limits.source_of("/data/a.parquet") == run_limits.source_of("file:///data/a.parquet") == ""
+
+
 def test_a_trickling_source_fails_with_deadline_naming_the_file(tmp_path, monkeypatch):
     """A Hub that sends a byte at a time, slowly (each within any timeout of a request), fails the dataset
     once a read stays under the floor rate for its window: rule `deadline`, naming the file; not the phase
@@ -167,10 +192,13 @@ def test_a_trickling_source_fails_with_deadline_naming_the_file(tmp_path, monkey
     assert seconds < 120, seconds
     errors = read_errors(out)
     assert errors and {e["rule"] for e in errors} <= {"deadline", "file_failed"}, errors
-    first = next(e["message"] for e in errors if e["rule"] == "deadline")
-    assert "reading bytes 0.." in first and " of meta/" in first and " of the Hub dataset test/trickle got " in first
-    assert "bytes/s for 1 s: the source is stuck or trickles its bytes" in first, first
-    assert "--min_read_rate BYTES_PER_S[/SECONDS]" in first
+    messages = [e["message"] for e in errors if e["rule"] == "deadline"]
+    assert messages
+    for m in messages:  # the read that found the trickle, or a later read of the dataset failed at once naming it
+        assert "reading bytes 0.." in m and " of meta/" in m and " of the Hub dataset test/trickle " in m, m
+        assert (" got " in m or "not read: its source already trickled its bytes this run (reading bytes 0.." in m), m
+        assert "1,024 bytes/s for 1 s" in m and "the source is stuck or trickles its bytes" in m, m
+        assert "--min_read_rate BYTES_PER_S[/SECONDS]" in m
 
 
 def test_a_trickling_local_read_fails_with_deadline(tmp_path, monkeypatch):

@@ -182,12 +182,21 @@ class SlowRead(LeRobotImportError):
     """A read stayed under the floor rate (`RunLimits.min_read_rate`) for `slow_read_s` seconds (rule
     `deadline`)."""
 
-    def __init__(self, what: str, got: int, seconds: float, limits: RunLimits) -> None:
-        super().__init__("deadline", f"reading {what} got {got:,} bytes in {seconds:,.0f} s, under the floor of "
-                         f"{limits.min_read_rate:,.0f} bytes/s for {limits.slow_read_s:g} s: the source is stuck or "
-                         "trickles its bytes. Check the storage it reads (or the Hub), then run again; a source "
-                         "this slow on purpose needs a lower floor: --min_read_rate BYTES_PER_S[/SECONDS] (0: no "
-                         "floor)")
+    def __init__(self, what: str, got: int, seconds: float, limits: RunLimits, *, earlier: str = "") -> None:
+        found = (f"not read: its source already trickled its bytes this run (reading {earlier} stayed under the "
+                 f"floor of {limits.min_read_rate:,.0f} bytes/s for {limits.slow_read_s:g} s)" if earlier else
+                 f"got {got:,} bytes in {seconds:,.0f} s, under the floor of {limits.min_read_rate:,.0f} bytes/s "
+                 f"for {limits.slow_read_s:g} s")
+        super().__init__("deadline", f"reading {what} {found}: the source is stuck or trickles its bytes. Check the "
+                         "storage it reads (or the Hub), then run again; a source this slow on purpose needs a "
+                         "lower floor: --min_read_rate BYTES_PER_S[/SECONDS] (0: no floor)")
+        self.what = what
+
+
+#: Sources (a Hub repository at a revision, a bucket) a read of this process found trickling, per run: the
+#: next read of one fails at once instead of waiting out its own window (a dataset's pieces read many files).
+_SLOW_SOURCES: dict[tuple[str, str], "SlowRead"] = {}
+_SLOW_LOCK = threading.Lock()
 
 
 class ReadPace:
@@ -195,12 +204,19 @@ class ReadPace:
     `slow_read_s` seconds of the read must have brought `min_read_rate` bytes a second, else `add` raises
     `SlowRead` naming `what`. Windows are checked as bytes arrive (a stream of chunks) or when a request
     returns (a request the storage client makes whole): a read that gets nothing at all is cut by the
-    client's own timeout, or the phase deadline."""
+    client's own timeout, or the phase deadline. `source` (a Hub repository at a revision, a bucket) is
+    remembered for the run once it trickled: its next reads fail at once, naming the read that found it."""
 
-    def __init__(self, what: str, *, limits: Optional[RunLimits] = None, clock=None) -> None:
+    def __init__(self, what: str, *, source: str = "", limits: Optional[RunLimits] = None, clock=None) -> None:
         self.what = what
         self.limits = limits or current()
         self._clock = clock or time.monotonic
+        self._source = (self.limits.run_id, source) if source and self.limits.run_id else None
+        if self._source is not None and self.limits.min_read_rate > 0:
+            with _SLOW_LOCK:
+                found = _SLOW_SOURCES.get(self._source)
+            if found is not None:
+                raise SlowRead(what, 0, 0.0, self.limits, earlier=found.what)
         self.started = self._mark_at = self._clock()
         self.got = self._mark_got = 0
 
@@ -214,14 +230,27 @@ class ReadPace:
         if window < self.limits.slow_read_s:
             return
         if self.got - self._mark_got < rate * window:
-            raise SlowRead(self.what, self.got, now - self.started, self.limits)
+            slow = SlowRead(self.what, self.got, now - self.started, self.limits)
+            if self._source is not None:
+                with _SLOW_LOCK:
+                    _SLOW_SOURCES.setdefault(self._source, slow)
+            raise slow
         self._mark_at, self._mark_got = now, self.got
 
 
-def paced(fn: Callable[[], T], what: str) -> T:
+def source_of(uri: str) -> str:
+    """The source a read's floor rate remembers for a URL: its scheme and bucket (or host); "" for a local path,
+    which is read in chunks and judged read by read."""
+    scheme, sep, rest = str(uri).partition("://")
+    if not sep or scheme in ("file", "local"):
+        return ""
+    return f"{scheme}://{rest.split('/', 1)[0]}"
+
+
+def paced(fn: Callable[[], T], what: str, source: str = "") -> T:
     """`fn()`, a request the storage client makes whole (bytes, or a list of them), held to the floor rate
     once it returns."""
-    pace = ReadPace(what)
+    pace = ReadPace(what, source=source)
     data = fn()
     pace.add(len(data) if isinstance(data, (bytes, bytearray, memoryview)) else sum(len(d) for d in data))
     return data

@@ -418,7 +418,7 @@ def read_bytes(uri: str, *, what: str, file: str, max_bytes: int = READ_BYTES_LI
     fs, path = filesystem(uri)
     try:
         data = run_limits.paced(lambda: with_retries(lambda: fs.cat_file(path), waiting_on=f"a read of {what} {file}"),
-                                f"{what} {file}")
+                                f"{what} {file}", run_limits.source_of(uri))
     except FileNotFoundError:
         raise LeRobotImportError("file_missing", f"{what} {file} does not exist (expected at {uri})",
                                  file=file) from None

@@ -114,7 +114,8 @@ class FsspecRangeReader:
         if not starts:
             return []
         _check_ranges(self.uri, self.known_size, starts, ends)
-        pace = run_limits.ReadPace(f"bytes {starts[0]}..{ends[-1]} of {self.what} {self.uri}")
+        pace = run_limits.ReadPace(f"bytes {starts[0]}..{ends[-1]} of {self.what} {self.uri}",
+                                   source=run_limits.source_of(self.uri))
         try:
             if len(starts) == 1:
                 out = [storage.with_retries(lambda: self.fs.cat_file(self.path, start=starts[0], end=ends[0]))]
