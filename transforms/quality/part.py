@@ -72,7 +72,7 @@ class TaskNames(list):
         self.file = file
 
 
-def read_tasks(root: str) -> Optional[TaskNames]:
+def ordered_tasks(root: str) -> Optional[TaskNames]:
     """The dataset's tasks by task_index (as `load_tasks`), None when there are none to compare with."""
     return load_tasks(root)[0]
 

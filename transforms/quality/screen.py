@@ -89,15 +89,24 @@ class PartFrames:
         return self.n == 0 or self.total == 0
 
 
-def timestamp_grid(part: PartFrames) -> np.ndarray:
-    fps = part.info.fps
+def _timeline(part: PartFrames, least: int = 1):
+    """(timestamps, fps) for the timestamp screens, or the screen's answer when they cannot run: every episode
+    (a null timestamp), none (no timestamp feature, no usable fps, fewer than `least` frames)."""
     if "timestamp" not in part.plan.names:
         return part.none()
-    ts = part.timestamps
-    if ts is None:
+    if part.timestamps is None:
         return part.every()
-    if not fps or fps <= 0:
+    fps = part.info.fps
+    if not fps or fps <= 0 or part.total < least:
         return part.none()
+    return part.timestamps, fps
+
+
+def timestamp_grid(part: PartFrames) -> np.ndarray:
+    found = _timeline(part)
+    if isinstance(found, np.ndarray):
+        return found
+    ts, fps = found
     where = part.frame_index if part.frame_index is not None else part.positions
     dtype = ts.dtype if np.issubdtype(ts.dtype, np.floating) else np.dtype(np.float64)
     expected = (where / fps).astype(dtype).astype(np.float64)
@@ -105,14 +114,10 @@ def timestamp_grid(part: PartFrames) -> np.ndarray:
 
 
 def timestamp_steps(part: PartFrames) -> np.ndarray:
-    fps = part.info.fps
-    if "timestamp" not in part.plan.names:
-        return part.none()
-    ts = part.timestamps
-    if ts is None:
-        return part.every()
-    if not fps or fps <= 0 or part.total < 2:
-        return part.none()
+    found = _timeline(part, least=2)
+    if isinstance(found, np.ndarray):
+        return found
+    ts, fps = found
     values = ts.astype(np.float64)
     spacing = np.spacing(np.abs(ts[1:])).astype(np.float64) if np.issubdtype(ts.dtype, np.floating) else 0.0
     within = part.episode_of[1:] == part.episode_of[:-1]
