@@ -126,6 +126,7 @@ def run(argv: Optional[Sequence[str]] = None, *, wait: bool = True, verbosity: i
 
     options = PipelineOptions(argv)
     import_options = options.view_as(ImportOptions)
+    runners.use_dask_runner(options)
     problem = runners.runner_problem(options)
     if problem:  # before any lease or request: Beam would say it only once the pipeline is submitted
         raise SystemExit(f"error: {problem}")
