@@ -39,7 +39,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from transforms import storage
-from transforms.episode import output_state, paths
+from transforms.episode import journal, output_state, paths
 from transforms.episode.media_index_table import decide_run
 from transforms.errors import LeRobotImportError, quote
 from transforms.lease import LEASE_NAME
@@ -73,7 +73,7 @@ class Problem:
     episodes file its path in the dataset)."""
 
     path: str
-    kind: str  # manifest | missing | size | checksum | unreadable | rows | unlisted | tmp | errors | stale |
+    kind: str  # manifest | interrupted | missing | size | checksum | unreadable | rows | unlisted | tmp | errors | stale |
     #            would_fail | sources
     message: str
 
@@ -163,7 +163,12 @@ def verify_output(out: str, *, check_sources: bool = False) -> VerifyReport:
     with concurrent.futures.ThreadPoolExecutor(max_workers=CHECK_THREADS) as pool:
         index_checks = list(pool.map(lambda path: _check_media_index(out, path, records.get(path)), media_index))
     problems += [p for found in index_checks for p in found]
-    problems += _check_errors_file(out, manifest)
+    interrupted = manifest.get("status") == journal.INTERRUPTED
+    if interrupted:
+        problems.append(_interrupted_problem(out, manifest))
+    # errors.jsonl is written when a run finishes: a stopped run's output has none yet, and that is no damage.
+    if not interrupted or storage.exists(storage.join(out, paths.ERRORS)):
+        problems += _check_errors_file(out, manifest)
     listed = {c.path for c in checks} | set(media_index)
     problems += _check_listing(out, listed)
     if check_sources:
@@ -173,6 +178,16 @@ def verify_output(out: str, *, check_sources: bool = False) -> VerifyReport:
     return VerifyReport(out, tuple(sorted(set(problems))), parts=len(checks),
                         checksums=sum(c.checksum for c in checks), media_index_files=len(media_index),
                         sources_checked=check_sources, dataset=dataset, options=options)
+
+
+def _interrupted_problem(out: str, manifest: dict) -> Problem:
+    """The manifest records a run that was stopped (Ctrl-C, SIGTERM, a deadline) before it finished."""
+    committed = sum(isinstance(e, dict) and e.get("status") in ("imported", "unchanged")
+                    for e in (manifest.get("episodes_files") or {}).values())
+    noun = "episodes file was" if committed == 1 else "episodes files were"
+    return Problem(paths.MANIFEST, "interrupted", f"the last import was interrupted before it finished: {committed} "
+                   f"{noun} committed and recorded, the rest of the dataset is not imported yet ({paths.ERRORS} "
+                   "is written when a run finishes)")
 
 
 def _read_manifest(out: str) -> tuple[Optional[dict], Optional[Problem]]:
@@ -400,7 +415,8 @@ def repair_command(report: VerifyReport, output: Optional[str] = None) -> Option
     failing = {p.path for p in report.problems if p.kind == "would_fail"}
     stale = any(p.kind == "stale" and p.message != STALE_REASONS["failed last run"] and p.path not in failing
                 for p in report.problems)
-    if not (sized or summed or unseen or stale):
+    interrupted = any(p.kind == "interrupted" for p in report.problems)
+    if not (sized or summed or unseen or stale or interrupted):
         return None
     words = ["lerobot-import", "--dataset", _shown_dataset(report.dataset), "--output", output or report.output]
     words += _option_words(report.options)
@@ -412,10 +428,14 @@ def repair_command(report: VerifyReport, output: Optional[str] = None) -> Option
         what = "it re-imports the damaged files (--verify-output: a damage of the same size shows only in the sha256)"
     elif sized:
         what = "it re-imports the damaged files"
-    else:
+    elif stale:
         what = "it imports the stale episodes files"
+    else:
+        what = "it finishes the interrupted import (the committed episodes files are kept, not read again)"
     if stale and (sized or summed) and not unseen:
         what += " and the stale episodes files"
+    if interrupted and (sized or summed or stale) and not unseen:
+        what += ", and finishes the interrupted import"
     return f"repair: run `{' '.join(shlex.quote(w) for w in words)}` again: {what}"
 
 

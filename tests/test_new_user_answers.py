@@ -1,0 +1,54 @@
+"""What a new user meets on first use and on real published data: each answer says what is true and the
+next step (verify after a stopped run or a failed import, outputs not written by an import, layouts that
+would mix, v2.x episodes with missing files, hints for self-written datasets, terminal output)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from tests.bench.synth_dataset import make_dataset
+from tests.helpers import SAMPLE, read_manifest, run_import
+
+
+@pytest.fixture(scope="module")
+def two_files(tmp_path_factory) -> Path:
+    """A dataset of two episodes files, no cameras."""
+    return make_dataset(tmp_path_factory.mktemp("two") / "ds", episodes=4, frames=10, cameras=0,
+                        episodes_per_meta_file=2, state_dim=2, action_dim=2)
+
+
+def _verify(*argv: str, capsys) -> tuple[int, str]:
+    from pipelines.verify import run
+    capsys.readouterr()
+    code = run(list(argv))
+    return code, capsys.readouterr().out
+
+
+def test_verify_after_an_interrupted_import_says_so_and_gives_the_command_that_finishes_it(two_files, tmp_path,
+                                                                                           capsys):
+    """The output a stopped run leaves: one episodes file committed and recorded (status `interrupted`), no
+    errors.jsonl yet. verify names the interruption, counts what was committed, and gives the command that
+    finishes the import, instead of a missing errors.jsonl."""
+    out = tmp_path / "out"
+    assert run_import(two_files, out) == 0
+    manifest = read_manifest(out)
+    gone = manifest["episodes_files"].pop("meta/episodes/chunk-000/file-001.parquet")
+    for part in gone["parts"]:
+        (out / part).unlink()
+    manifest["status"] = "interrupted"
+    (out / "manifest.json").write_text(json.dumps(manifest))
+    (out / "errors.jsonl").unlink()
+    code, text = _verify(str(out), capsys=capsys)
+    assert code == 1
+    assert "errors.jsonl: [missing]" not in text
+    assert ("manifest.json: [interrupted] the last import was interrupted before it finished: 1 episodes file was "
+            "committed and recorded, the rest of the dataset is not imported yet") in text
+    assert f"repair: run `lerobot-import --dataset {two_files} --output {out}` again: it finishes the interrupted " \
+           "import (the committed episodes files are kept, not read again)" in text
+    # The command it gives does finish it.
+    assert run_import(two_files, out) == 0
+    assert _verify(str(out), capsys=capsys)[0] == 0
