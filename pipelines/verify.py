@@ -73,7 +73,7 @@ class Problem:
     episodes file its path in the dataset)."""
 
     path: str
-    kind: str  # manifest | interrupted | missing | size | checksum | unreadable | rows | unlisted | tmp | errors | stale |
+    kind: str  # manifest | interrupted | failed | missing | size | checksum | unreadable | rows | unlisted | tmp | errors | stale |
     #            would_fail | sources
     message: str
 
@@ -171,8 +171,10 @@ def verify_output(out: str, *, check_sources: bool = False) -> VerifyReport:
         problems += _check_errors_file(out, manifest)
     listed = {c.path for c in checks} | set(media_index)
     problems += _check_listing(out, listed)
-    if check_sources:
+    if check_sources:  # which files failed last time, and whether they would again
         problems += stale_episodes_files(manifest)
+    else:
+        problems += _failed_imports(out, manifest, entries)
     dataset = manifest.get("dataset") if isinstance(manifest.get("dataset"), str) else None
     options = manifest.get("options") if isinstance(manifest.get("options"), dict) else None
     return VerifyReport(out, tuple(sorted(set(problems))), parts=len(checks),
@@ -188,6 +190,52 @@ def _interrupted_problem(out: str, manifest: dict) -> Problem:
     return Problem(paths.MANIFEST, "interrupted", f"the last import was interrupted before it finished: {committed} "
                    f"{noun} committed and recorded, the rest of the dataset is not imported yet ({paths.ERRORS} "
                    "is written when a run finishes)")
+
+
+#: errors.jsonl lines read to name the rules that failed an episodes file (its first lines say enough).
+_ERROR_LINES_READ = 10_000
+
+
+def _failed_imports(out: str, manifest: dict, entries: dict[str, dict]) -> list[Problem]:
+    """What the last import failed: an episodes file whose status is `failed` (its episodes are not in the
+    output), or the dataset as a whole (a manifest of status `failed` without any episodes file). The
+    files are sound, but the output does not hold the dataset: verify does not call that ok."""
+    failed = {rel: e for rel, e in entries.items() if e.get("status") == "failed"}
+    if not failed:
+        if manifest.get("status") == "failed" and not entries:
+            return [Problem(paths.MANIFEST, "failed", f"the last import failed as a whole, before any episodes file "
+                            f"was imported ({paths.ERRORS} says why)")]
+        return []
+    rules = _error_rules(out)
+    problems = []
+    for rel, entry in sorted(failed.items()):
+        episodes, lost = entry.get("episodes"), entry.get("episodes_failed")
+        count = f"{quote(lost)} of {quote(episodes)} episodes" if episodes is not None else "its episodes"
+        why = ", ".join(f"{rule} ({n})" for rule, n in sorted(rules.get(rel, {}).items()))
+        problems.append(Problem(rel, "failed", f"its last import failed: {count} not in the output"
+                                + (f"; {paths.ERRORS}: {why}" if why else f" ({paths.ERRORS} says why)")
+                                + "; fix the cause, then run the import again"))
+    return problems
+
+
+def _error_rules(out: str) -> dict[str, dict[str, int]]:
+    """{episodes file: {rule: rows}} of the first lines of errors.jsonl (none when it cannot be read)."""
+    found: dict[str, dict[str, int]] = {}
+    try:
+        fs, full = storage.filesystem(output_state.confined(out, paths.ERRORS, folder=None, what="errors file"))
+        with fs.open(full, "rb") as f:
+            for _, line in zip(range(_ERROR_LINES_READ), f):
+                try:
+                    row = json.loads(line)
+                except ValueError:
+                    continue
+                if isinstance(row, dict) and isinstance(row.get("episodes_file"), str):
+                    rules = found.setdefault(row["episodes_file"], {})
+                    rule = str(row.get("rule") or "?")
+                    rules[rule] = rules.get(rule, 0) + 1
+    except (OSError, LeRobotImportError):
+        return {}
+    return found
 
 
 def _read_manifest(out: str) -> tuple[Optional[dict], Optional[Problem]]:
@@ -366,9 +414,14 @@ def stale_episodes_files(manifest: dict) -> list[Problem]:
         return [Problem(paths.MANIFEST, "sources", f"the dataset {dataset} cannot be read: {ex}")]
     unreadable = scanned.unreadable()
     if unreadable is not None:  # the next run fails it and removes nothing: its files are not "gone"
-        return [Problem(paths.MANIFEST, "sources", f"the dataset {dataset} cannot be read ({unreadable}): moved, "
-                        "removed or not reachable with these credentials; the next run fails it and removes none "
-                        "of this output")]
+        if scanned.info_problem is not None and _exists(storage.join(dataset, "meta/info.json")):
+            # it is there, but its info.json is not one an import takes
+            return [Problem(paths.MANIFEST, "sources", f"the dataset {dataset} cannot be imported: "
+                            f"{scanned.info_problem}; the next run fails it and removes none of this output")]
+        where = ("moved or removed" if dataset.startswith("file://")
+                 else "moved, removed or not reachable with these credentials")
+        return [Problem(paths.MANIFEST, "sources", f"the dataset {dataset} cannot be read ({unreadable}): {where}; "
+                        "the next run fails it and removes none of this output")]
     problems = []
     if scanned.info_problem is not None:  # every episodes file fails on it: the dataset does, as a whole
         problems.append(Problem(paths.MANIFEST, "sources", f"the dataset {dataset} cannot be imported: "
@@ -388,6 +441,13 @@ def stale_episodes_files(manifest: dict) -> list[Problem]:
         if failing is not None:
             problems.append(Problem(d.episodes_file, "would_fail", f"its next import would fail: {failing}"))
     return problems
+
+
+def _exists(uri: str) -> bool:
+    try:
+        return storage.exists(uri)
+    except OSError:
+        return False
 
 
 #: Problems of a part or shard that the next import finds by sizes alone, and repairs (`damage.find_damage`).
@@ -413,8 +473,10 @@ def repair_command(report: VerifyReport, output: Optional[str] = None) -> Option
     unseen = {path for path, kinds in by_path.items() if path not in sized | summed and kinds & set(_FOUND_BY_NONE)}
     # A stale file that failed last time, or would fail, needs its cause fixed first: running again is no repair.
     failing = {p.path for p in report.problems if p.kind == "would_fail"}
-    stale = any(p.kind == "stale" and p.message != STALE_REASONS["failed last run"] and p.path not in failing
-                for p in report.problems)
+    # Nor is it while the dataset as a whole cannot be imported (its info.json, its root).
+    stale = not any(p.kind == "sources" for p in report.problems) and any(
+        p.kind == "stale" and p.message != STALE_REASONS["failed last run"] and p.path not in failing
+        for p in report.problems)
     interrupted = any(p.kind == "interrupted" for p in report.problems)
     if not (sized or summed or unseen or stale or interrupted):
         return None

@@ -52,3 +52,38 @@ def test_verify_after_an_interrupted_import_says_so_and_gives_the_command_that_f
     # The command it gives does finish it.
     assert run_import(two_files, out) == 0
     assert _verify(str(out), capsys=capsys)[0] == 0
+
+
+def _sample_copy(tmp_path: Path, name: str = "ds") -> Path:
+    return Path(shutil.copytree(SAMPLE, tmp_path / name, symlinks=False))
+
+
+def test_plain_verify_does_not_call_a_failed_import_ok(tmp_path, capsys):
+    """An import whose episodes file failed (an MP4 absent, as in many published datasets) wrote sound files,
+    but its output does not hold the dataset: verify names the failed file, how many episodes are not
+    there, the rules errors.jsonl records, and exits 1."""
+    ds = _sample_copy(tmp_path)
+    (ds / "videos/observation.images.front/chunk-000/file-000.mp4").unlink()
+    out = tmp_path / "out"
+    assert run_import(ds, out) == 1
+    code, text = _verify(str(out), capsys=capsys)
+    assert code == 1 and ": ok" not in text
+    assert ("meta/episodes/chunk-000/file-000.parquet: [failed] its last import failed: 4 of 4 episodes not in the "
+            "output; errors.jsonl: file_failed (3), file_missing (1); fix the cause, then run the import again") in text
+    assert "repair:" not in text  # the same import again fails the same way
+
+
+def test_sources_on_a_local_v2_dataset_with_a_bad_info_json_names_the_file_not_a_move(tmp_path, capsys):
+    """A local dataset whose info.json is empty is there: `--sources` says it cannot be imported and why,
+    not that it moved or is not reachable with these credentials."""
+    from tests.v21_repack import repack_v21
+    ds = repack_v21(SAMPLE, tmp_path / "v21")
+    out = tmp_path / "out"
+    assert run_import(ds, out) == 0
+    (Path(ds) / "meta/info.json").write_bytes(b"")
+    code, text = _verify(str(out), "--sources", capsys=capsys)
+    assert code == 1
+    assert "credentials" not in text and "moved" not in text
+    assert (f"manifest.json: [sources] the dataset file://{ds} cannot be imported: [info_json] file meta/info.json: "
+            "meta/info.json") in text
+    assert "the next run fails it and removes none of this output" in text
