@@ -150,6 +150,9 @@ def run(argv: Optional[Sequence[str]] = None, *, wait: bool = True, verbosity: i
     run_limits.install(limits)  # for the command's own reads too (pins, listings of its targets)
     with run_limits.piece(limits, "check", "the datasets of the command line"):
         planned = run_targets(import_options, check=wait)
+        if wait:  # before any lease: a refused run writes nothing
+            from pipelines.output_checks import check_outputs
+            check_outputs(planned, import_options.output, force=import_options.force)
     config = config_from_options(import_options, run_id=uuid.uuid4().hex, started_at=sink.now_iso(),
                                  targets=planned, limits=limits)
     left_out = left_out_lines(planned)

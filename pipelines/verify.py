@@ -73,8 +73,8 @@ class Problem:
     episodes file its path in the dataset)."""
 
     path: str
-    kind: str  # manifest | interrupted | failed | missing | size | checksum | unreadable | rows | unlisted | tmp | errors | stale |
-    #            would_fail | sources
+    kind: str  # manifest | interrupted | failed | missing | size | checksum | unreadable | rows | unlisted | tmp |
+    #            errors | stale | would_fail | sources
     message: str
 
     def __str__(self) -> str:

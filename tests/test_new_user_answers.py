@@ -87,3 +87,31 @@ def test_sources_on_a_local_v2_dataset_with_a_bad_info_json_names_the_file_not_a
     assert (f"manifest.json: [sources] the dataset file://{ds} cannot be imported: [info_json] file meta/info.json: "
             "meta/info.json") in text
     assert "the next run fails it and removes none of this output" in text
+
+
+def _import_cli(*argv: str, capsys) -> tuple[int, str]:
+    """The import as the command runs it: a refusal is a SystemExit with its line."""
+    capsys.readouterr()
+    try:
+        from pipelines.import_lerobot import run
+        code = run([*argv, "--runner", "FnApiRunner"])
+    except SystemExit as ex:
+        return ex.code if isinstance(ex.code, int) else 1, str(ex)
+    return code, capsys.readouterr().out
+
+
+def test_a_manifest_no_import_wrote_is_refused_unless_forced(tmp_path, capsys):
+    """A manifest.json in --output that is not an import's (the user's own notes) is not overwritten by the
+    run that finds it: exit status 2, the file named and left as it was; --force replaces it."""
+    out = tmp_path / "out"
+    out.mkdir()
+    mine = b'{"name": "my notes"}\n'
+    (out / "manifest.json").write_bytes(mine)
+    code, text = _import_cli("--dataset", str(SAMPLE), "--output", str(out), capsys=capsys)
+    assert code == 2
+    assert text == (f"error: file://{out}/manifest.json is not an import's manifest (no `episodes_files` object): no "
+                    "import wrote it as it is, and this run would replace it. Move it away, or give --force to "
+                    "replace it (the dataset is then imported whole)")
+    assert (out / "manifest.json").read_bytes() == mine and sorted(p.name for p in out.iterdir()) == ["manifest.json"]
+    code, _ = _import_cli("--dataset", str(SAMPLE), "--output", str(out), "--force", capsys=capsys)
+    assert code == 0 and read_manifest(out)["status"] == "imported"
