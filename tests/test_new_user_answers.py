@@ -115,3 +115,29 @@ def test_a_manifest_no_import_wrote_is_refused_unless_forced(tmp_path, capsys):
     assert (out / "manifest.json").read_bytes() == mine and sorted(p.name for p in out.iterdir()) == ["manifest.json"]
     code, _ = _import_cli("--dataset", str(SAMPLE), "--output", str(out), "--force", capsys=capsys)
     assert code == 0 and read_manifest(out)["status"] == "imported"
+
+
+def test_one_output_folder_holds_one_layout(two_files, tmp_path, capsys):
+    """One dataset imports into OUT's root, several each into OUT/<name>/: a run that would put the other
+    layout into a folder holding one is refused (exit status 2) with the folder to use, and writes nothing."""
+    out = tmp_path / "out"
+    assert _import_cli("--dataset", str(SAMPLE), "--output", str(out), capsys=capsys)[0] == 0
+    before = sorted(p.relative_to(out) for p in out.rglob("*"))
+    code, text = _import_cli("--dataset", str(SAMPLE), "--dataset", str(two_files), "--output", str(out),
+                             capsys=capsys)
+    assert code == 2
+    assert text == (f"error: {out} holds the import of one dataset (file://{SAMPLE}: its manifest.json is at the "
+                    f"root); a run over several datasets writes each into {out}/<dataset name>/, which would nest "
+                    "them beside it where verify and the reader of the folder do not look. Give this run another "
+                    "--output, or import each dataset into a folder of its own")
+    assert sorted(p.relative_to(out) for p in out.rglob("*")) == before
+
+    bulk = tmp_path / "bulk"
+    assert _import_cli("--dataset", str(SAMPLE), "--dataset", str(two_files), "--output", str(bulk),
+                       capsys=capsys)[0] == 0
+    code, text = _import_cli("--dataset", str(two_files), "--output", str(bulk), capsys=capsys)
+    assert code == 2
+    assert text == (f"error: {bulk} holds the imports of several datasets, each in a folder of its own (ds/, "
+                    f"so101_av1/); importing one dataset into its root would mix the two layouts. Give --output "
+                    f"{bulk}/ds (where a run over several datasets puts it), or another folder")
+    assert not (bulk / "manifest.json").exists()
