@@ -529,6 +529,9 @@ def summarize(result, config: ImportConfig, outcomes: Optional[dict[str, str]] =
             errors_uri = storage.join(out, "errors.jsonl")
             if shown < summary.MAX_DATASETS:
                 shown += 1
+                left_out = summary.episodes_left_out_line(doc)
+                if left_out:
+                    print(left_out)
                 for line in summary.findings_lines(summary.parse_errors(_read_errors(errors_uri)), errors_uri):
                     print(line)
             else:

@@ -77,3 +77,17 @@ def _cut(text: str) -> str:
 
 def _count(n: int, noun: str) -> str:
     return f"{n} {noun}{'' if n == 1 else 's'}"
+
+
+def episodes_left_out_line(doc: dict, *, indent: str = "  ") -> Optional[str]:
+    """How many episodes a v2.x dataset's imported groups left out (each failed alone, on its own missing or
+    broken files), or None when none did."""
+    left = [e for e in (doc.get("episodes_files") or {}).values()
+            if isinstance(e, dict) and e.get("status") == "imported" and e.get("episodes_failed")]
+    if not left:
+        return None
+    lost = sum(int(e["episodes_failed"]) for e in left)
+    written = sum(int(e.get("episodes_written") or 0) for e in left)
+    return (f"{indent}{_count(lost, 'episode')} not imported, each on its own missing or broken files (named in "
+            f"errors.jsonl); the other {_count(written, 'episode')} of {'its' if len(left) == 1 else 'their'} "
+            f"{_count(len(left), 'group')} imported")

@@ -43,7 +43,7 @@ from transforms.episode import journal, output_state, paths
 from transforms.episode.media_index_table import decide_run
 from transforms.errors import LeRobotImportError, quote
 from transforms.lease import LEASE_NAME
-from transforms.lerobot import sources
+from transforms.lerobot import sources, v2
 
 #: Files of an output that no manifest lists and that are not leftovers: the lease and its lock file.
 _RUN_FILES = (LEASE_NAME, LEASE_NAME + ".lock")
@@ -57,6 +57,8 @@ STALE_REASONS = {
     "sources changed": "its sources changed since it was imported (info.json, the episodes file, or a data file "
                        "or MP4 it references)",
     "failed last run": "its last import failed (errors.jsonl says why); the next run imports it again",
+    sources.EPISODES_FAILED_REASON: "some of its episodes failed last run (errors.jsonl names them); the next run "
+                                    "imports it again",
     "no recorded sources": "the manifest records no source fingerprint for it (an import that did not record "
                            "one): the next run imports it again",
     "gone": "no longer in the dataset; the next run removes its output",
@@ -200,7 +202,8 @@ def _failed_imports(out: str, manifest: dict, entries: dict[str, dict]) -> list[
     """What the last import failed: an episodes file whose status is `failed` (its episodes are not in the
     output), or the dataset as a whole (a manifest of status `failed` without any episodes file). The
     files are sound, but the output does not hold the dataset: verify does not call that ok."""
-    failed = {rel: e for rel, e in entries.items() if e.get("status") == "failed"}
+    failed = {rel: e for rel, e in entries.items() if e.get("status") == "failed"
+              or (e.get("status") == "imported" and _int(e.get("episodes_failed")))}
     if not failed:
         if manifest.get("status") == "failed" and not entries:
             return [Problem(paths.MANIFEST, "failed", f"the last import failed as a whole, before any episodes file "
@@ -212,7 +215,8 @@ def _failed_imports(out: str, manifest: dict, entries: dict[str, dict]) -> list[
         episodes, lost = entry.get("episodes"), entry.get("episodes_failed")
         count = f"{quote(lost)} of {quote(episodes)} episodes" if episodes is not None else "its episodes"
         why = ", ".join(f"{rule} ({n})" for rule, n in sorted(rules.get(rel, {}).items()))
-        problems.append(Problem(rel, "failed", f"its last import failed: {count} not in the output"
+        what = "its last import failed" if entry.get("status") == "failed" else "imported without some episodes"
+        problems.append(Problem(rel, "failed", f"{what}: {count} not in the output"
                                 + (f"; {paths.ERRORS}: {why}" if why else f" ({paths.ERRORS} says why)")
                                 + "; fix the cause, then run the import again"))
     return problems
@@ -439,7 +443,9 @@ def stale_episodes_files(manifest: dict) -> list[Problem]:
         failing = None if d.sources is None or scanned.info_problem else (
             d.sources.problem or sources.missing_source(d.sources, scanned.listing, dataset))
         if failing is not None:
-            problems.append(Problem(d.episodes_file, "would_fail", f"its next import would fail: {failing}"))
+            # a v2.x group: the episode whose own file this is fails alone, the others import
+            what = "would leave an episode out" if v2.is_group(d.episodes_file) else "would fail"
+            problems.append(Problem(d.episodes_file, "would_fail", f"its next import {what}: {failing}"))
     return problems
 
 
@@ -475,7 +481,8 @@ def repair_command(report: VerifyReport, output: Optional[str] = None) -> Option
     failing = {p.path for p in report.problems if p.kind == "would_fail"}
     # Nor is it while the dataset as a whole cannot be imported (its info.json, its root).
     stale = not any(p.kind == "sources" for p in report.problems) and any(
-        p.kind == "stale" and p.message != STALE_REASONS["failed last run"] and p.path not in failing
+        p.kind == "stale" and p.path not in failing
+        and p.message not in (STALE_REASONS["failed last run"], STALE_REASONS[sources.EPISODES_FAILED_REASON])
         for p in report.problems)
     interrupted = any(p.kind == "interrupted" for p in report.problems)
     if not (sized or summed or unseen or stale or interrupted):

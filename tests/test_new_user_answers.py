@@ -141,3 +141,43 @@ def test_one_output_folder_holds_one_layout(two_files, tmp_path, capsys):
                     f"so101_av1/); importing one dataset into its root would mix the two layouts. Give --output "
                     f"{bulk}/ds (where a run over several datasets puts it), or another folder")
     assert not (bulk / "manifest.json").exists()
+
+
+@pytest.mark.parametrize("extra", [(), ("--data-span-limit", "1")], ids=["one part", "a part per episode"])
+def test_a_v2_episode_whose_files_are_missing_fails_alone(tmp_path, capsys, extra):
+    """v2.x: every episode has its own data file and MP4s. An absent MP4 and an absent data file fail their
+    episodes alone (named in errors.jsonl with their own episode_index), the rest of each group imports
+    (in parts too: a part left without episodes is written empty), the summary says how many, verify says
+    which groups lack episodes, and once the file is back the next run imports its episode."""
+    from tests.helpers import lerobot_dataset, read_errors
+    from tests.v21_repack import repack_v21
+    ds = Path(repack_v21(lerobot_dataset("h264_multi_file"), tmp_path / "v21"))  # five groups of two episodes
+    data6 = ds / "data/chunk-003/episode_000006.parquet"
+    kept = data6.read_bytes()
+    data6.unlink()
+    (ds / "videos/chunk-004/observation.images.top/episode_000009.mp4").unlink()
+    out = tmp_path / "out"
+    assert run_import(ds, out, *extra) == 1
+    text = capsys.readouterr().out
+    assert ("  2 episodes not imported, each on its own missing or broken files (named in errors.jsonl); the other "
+            "2 episodes of their 2 groups imported") in text
+    assert "file_failed" not in text
+    assert sorted((e["episodes_file"], e["episode_index"], e["rule"], e["file"]) for e in read_errors(out)) == [
+        ("meta/episodes.jsonl:chunk-003", 6, "file_missing", "data/chunk-003/episode_000006.parquet"),
+        ("meta/episodes.jsonl:chunk-004", 9, "file_missing",
+         "videos/chunk-004/observation.images.top/episode_000009.mp4")]
+    manifest = read_manifest(out)
+    assert {rel: e["status"] for rel, e in manifest["episodes_files"].items()} == {
+        f"meta/episodes.jsonl:chunk-{c:03d}": "imported" for c in range(5)}
+    assert (manifest["totals"]["episodes_written"], manifest["totals"]["episodes_failed"]) == (8, 2)
+    code, text = _verify(str(out), capsys=capsys)
+    assert code == 1 and ("meta/episodes.jsonl:chunk-004: [failed] imported without some episodes: 1 of 2 episodes "
+                          "not in the output; errors.jsonl: file_missing (1)") in text
+    code, text = _verify(str(out), "--sources", capsys=capsys)
+    assert "meta/episodes.jsonl:chunk-004: [would_fail] its next import would leave an episode out: [file_missing]" \
+        in text
+    data6.write_bytes(kept)
+    assert run_import(ds, out, *extra) == 1  # episode 9's MP4 is still missing
+    manifest = read_manifest(out)
+    assert manifest["episodes_files"]["meta/episodes.jsonl:chunk-003"]["episodes_failed"] == 0
+    assert (manifest["totals"]["episodes_written"], manifest["totals"]["episodes_failed"]) == (9, 1)

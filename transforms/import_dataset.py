@@ -446,8 +446,11 @@ class _PlanEpisodesFile(beam.DoFn):
         try:
             info = load_info(root, skip_videos=self._config.skip_videos)
             rows = v2.group_rows(v2.load_episodes(root), info, rel)
-            for f, size in v2.listed_sizes(root, rows).items():
+            listed = v2.listed_sizes(root, rows)
+            for f, size in listed.items():
                 self._sizes.setdefault((root, f), size)
+            for row in rows:  # an episode's own data file not there fails that episode alone, when it is read
+                self._sizes.setdefault((root, row.data_file), listed.get(row.data_file, 0))
             parts = episodes_metadata.plan_parts(rows, lambda f: self._data_file_size(root, f), lambda f: None,
                                                  limit=self._config.data_span_limit,
                                                  one_part=self._config.one_part, file=rel)

@@ -30,7 +30,7 @@ from transforms.episode import journal, output_state, paths
 from transforms.episode.media_index_table import final_media_index, stale_media_index_files
 from transforms.episode.outcomes import PartResult, failed_file
 from transforms.errors import FailureRecord, LeRobotImportError, redact, rule_of_repr
-from transforms.lerobot import data_files
+from transforms.lerobot import data_files, v2
 from transforms.lerobot.info import INFO_PATH, DatasetInfo
 from transforms.messages import (CommittedFile, DatasetReport, FileInputs, FileQuality, ImportConfig, KeptFile,
                                  PartHeader,
@@ -183,7 +183,7 @@ class _WriteParts(beam.DoFn):
         try:
             with self._piece(pending.key):
                 try:
-                    written = self._write(pending.header, *pending.data.result(), pending.frames)
+                    written = self._write(pending.header, *pending.data.result(), pending.frames, pending.dropped)
                 except LeRobotImportError as ex:  # a full disk, a read-only output: the part fails by that rule
                     written = _failed_part(pending.header, [error_record(ex, dataset=root, episodes_file=rel)])
                 else:
@@ -237,11 +237,21 @@ class _WriteParts(beam.DoFn):
         """Read and type one part, then check its frames while its Parquet bytes are encoded; a failed
         part's result instead."""
         root, rel, part = key
-        header = _header(inputs, part, rel)
+        header = planned = _header(inputs, part, rel)
+        dropped: tuple[FailureRecord, ...] = ()
         if inputs.failures:
-            return (root, rel), _failed_part(header, inputs.failures)
+            header, dropped, failures = drop_failed_episodes(header, inputs.failures)
+            if failures:
+                return (root, rel), _failed_part(planned, inputs.failures)
         info = load_info(root, skip_videos=self._config.skip_videos)
         frames, errors = self._read_frames(root, info, header.rows)
+        if errors:
+            records = [error_record(e, dataset=root, episodes_file=rel) for e in errors]
+            kept, more, failures = drop_failed_episodes(header, records)
+            if failures:
+                return (root, rel), _failed_part(planned, records + list(dropped))
+            header, dropped, errors = kept, dropped + more, []
+            frames = {r.position: frames[r.position] for r in header.rows}
         if not errors:
             try:
                 table = sink.part_table(info, header.rows, [frames[r.position] for r in header.rows],
@@ -250,13 +260,14 @@ class _WriteParts(beam.DoFn):
             except LeRobotImportError as ex:  # a clip time that does not fit, found while typing the clips
                 errors = [ex.with_context(file=rel)]
         if errors:
-            return (root, rel), _failed_part(header, [error_record(e, dataset=root, episodes_file=rel) for e in errors])
+            return (root, rel), _failed_part(planned, [error_record(e, dataset=root, episodes_file=rel) for e in errors]
+                                             + list(dropped))
         data = self._encoder.submit(_encoded, table)  # encoded (and hashed) while the frames are checked
         del table
         findings = self._check(root, rel, info, header, frames, inputs.videos)
         n_frames = sum(len(f) for f in frames.values())
         return _Encoding(key=key, inputs=inputs, header=header, frames=n_frames, findings=tuple(findings),
-                         data=data)
+                         data=data, dropped=dropped)
 
     def _check(self, root: str, rel: str, info: DatasetInfo, header: PartHeader, frames: dict,
                videos) -> list:
@@ -295,7 +306,8 @@ class _WriteParts(beam.DoFn):
         self._counters["data_read_requests"].inc(self._reads.requests - before[1])
         return frames, errors
 
-    def _write(self, header: PartHeader, data: bytes, sha256: str, n_frames: int) -> FileInputs:
+    def _write(self, header: PartHeader, data: bytes, sha256: str, n_frames: int,
+               dropped: tuple[FailureRecord, ...] = ()) -> FileInputs:
         final = storage.join(self._config.output_of(header.dataset),
                              paths.output_part_path(header.episodes_file, header.plan.part, header.num_parts))
         with stopping.output_work():
@@ -304,7 +316,7 @@ class _WriteParts(beam.DoFn):
         self._counters["frames"].inc(n_frames)
         self._counters["parts_written"].inc()
         self._counters["output_bytes"].inc(len(data))
-        return _part_result(header, tmp_uri=tmp, frames=n_frames, bytes=len(data), sha256=sha256)
+        return _part_result(header, tmp_uri=tmp, frames=n_frames, bytes=len(data), sha256=sha256, dropped=dropped)
 
 
 def _encoded(table) -> tuple[bytes, str]:
@@ -322,6 +334,7 @@ class _Encoding:
     frames: int
     findings: tuple
     data: futures.Future
+    dropped: tuple = ()  # v2.x: the failures of the episodes left out of the part
 
 
 def _strict_error(findings) -> bool:
@@ -333,7 +346,8 @@ def part_record(result: PartResult, findings) -> dict:
     return {"part": result.part, "num_parts": result.num_parts, "episode_indices": list(result.episode_indices),
             "tmp_uri": result.tmp_uri, "frames": result.frames, "bytes": result.bytes,
             "data_bytes": result.data_bytes, "oversized": result.oversized, "sha256": result.sha256,
-            "findings": [dataclasses.asdict(f) for f in findings]}
+            "findings": [dataclasses.asdict(f) for f in findings],
+            "dropped": [f.to_json_dict() for f in result.dropped]}
 
 
 def part_from_record(root: str, rel: str, record: dict) -> PartResult:
@@ -341,7 +355,36 @@ def part_from_record(root: str, rel: str, record: dict) -> PartResult:
     return PartResult(dataset=root, episodes_file=rel, part=int(record["part"]), num_parts=int(record["num_parts"]),
                       episode_indices=tuple(int(e) for e in record["episode_indices"]), tmp_uri=record["tmp_uri"],
                       frames=int(record["frames"]), bytes=int(record["bytes"]), data_bytes=int(record["data_bytes"]),
-                      oversized=bool(record["oversized"]), sha256=str(record["sha256"]))
+                      oversized=bool(record["oversized"]), sha256=str(record["sha256"]),
+                      dropped=tuple(FailureRecord(**f) for f in record.get("dropped") or ()))
+
+
+def drop_failed_episodes(header: PartHeader, failures: Sequence[FailureRecord]
+                         ) -> tuple[PartHeader, tuple[FailureRecord, ...], list[FailureRecord]]:
+    """(the part without the episodes whose own files failed, their failures, the failures that fail the part).
+
+    In a v2.x group every episode has its own data file and MP4s: a failure naming one of them is that
+    episode's alone, and the rest of its part (and group) imports without it. A failure of anything else
+    (or of a v3.0 episodes file, whose files episodes share) fails the part as before: nothing is dropped.
+    A part left without episodes is written empty, so that the group's other parts keep their places.
+    """
+    if not v2.is_group(header.episodes_file):
+        return header, (), list(failures)
+    owner: dict[str, int] = {}
+    for row in header.rows:
+        for file in (row.data_file, *(clip.file for clip in row.videos)):
+            owner[file] = row.position
+    by_position = {r.position: r for r in header.rows}
+    lost: dict[int, list[FailureRecord]] = {}
+    for f in failures:
+        position = owner.get(f.file or "")
+        if position is None:
+            return header, (), list(failures)
+        ep = by_position[position].episode_index
+        lost.setdefault(position, []).append(f if f.episode_index == ep else dataclasses.replace(f, episode_index=ep))
+    kept = tuple(r for r in header.rows if r.position not in lost)
+    dropped = tuple(f for fs in lost.values() for f in fs)
+    return dataclasses.replace(header, rows=kept), dropped, []
 
 
 def _header(inputs: PartInputs, part: int, rel: str) -> PartHeader:
@@ -472,7 +515,7 @@ def commit_file(config: ImportConfig, root: str, rel: str, results: Sequence[Par
         _LOG.warning("episodes file %s of %s failed: %s", rel, root, primary[0].message)
     else:
         _LOG.info("episodes file %s of %s imported: %d episodes, %d frames, %d parts", rel, root,
-                  outcome.episodes, outcome.frames, len(outcome.parts))
+                  outcome.episodes_written, outcome.frames, len(outcome.parts))
     return CommittedFile(outcome, checked)
 
 

@@ -370,7 +370,8 @@ class EpisodesFileDecision:
 
     episodes_file: str
     action: str  # IMPORT | UNCHANGED | REMOVED
-    reason: str  # new | sources changed | failed last run | no recorded sources | forced | unchanged | gone
+    reason: str  # new | sources changed | failed last run | episodes failed last run | no recorded sources |
+    #              forced | unchanged | gone
     sources: Optional[EpisodesFileSources]  # None for a removed file
     previous: Optional[Mapping[str, Any]] = dataclasses.field(default=None, compare=False, repr=False)
 
@@ -416,6 +417,11 @@ def decide(current: Sequence[EpisodesFileSources], previous_manifest: Optional[M
     return tuple(sorted(decisions, key=lambda d: d.episodes_file))
 
 
+#: Why a v2.x group imported without some episodes is imported again: errors.jsonl keeps naming them, and
+#: each run tries them again (their files may be there now).
+EPISODES_FAILED_REASON = "episodes failed last run"
+
+
 def _action(src: EpisodesFileSources, prev: Optional[Mapping], force: bool) -> tuple[str, str]:
     if prev is None or prev.get("status") == "removed":
         return IMPORT, "new"
@@ -429,6 +435,8 @@ def _action(src: EpisodesFileSources, prev: Optional[Mapping], force: bool) -> t
         return IMPORT, DAMAGED_REASON
     if prev.get("status") not in GOOD_STATUSES:
         return IMPORT, "failed last run"
+    if prev.get("episodes_failed"):  # a v2.x group imported without the episodes whose own files failed
+        return IMPORT, EPISODES_FAILED_REASON
     return UNCHANGED, "unchanged"
 
 
