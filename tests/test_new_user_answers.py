@@ -181,3 +181,66 @@ def test_a_v2_episode_whose_files_are_missing_fails_alone(tmp_path, capsys, extr
     manifest = read_manifest(out)
     assert manifest["episodes_files"]["meta/episodes.jsonl:chunk-003"]["episodes_failed"] == 0
     assert (manifest["totals"]["episodes_written"], manifest["totals"]["episodes_failed"]) == (9, 1)
+
+
+def _edit_info(root: Path, **values) -> None:
+    path = root / "meta/info.json"
+    doc = json.loads(path.read_text())
+    doc.update(values)
+    path.write_text(json.dumps(doc))
+
+
+V2_TEMPLATES = {"data_path": "data/chunk-{episode_chunk:03d}/episode_{episode_index:06d}.parquet",
+                "video_path": "videos/chunk-{episode_chunk:03d}/{video_key}/episode_{episode_index:06d}.mp4"}
+
+
+def test_the_codebase_version_advice_leads_to_a_working_import(tmp_path, capsys):
+    """A self-written v3.0 dataset whose info.json says v2.1 with v2.x's templates: the advice names every
+    key to change, with the values that import (following it imports the dataset); the import fails with
+    that advice, not with an internal error; with the version alone fixed, the template error says both
+    ways out."""
+    from pipelines import check
+    ds = _sample_copy(tmp_path)
+    _edit_info(ds, codebase_version="v2.1", **V2_TEMPLATES)
+    out = tmp_path / "out"
+    assert run_import(ds, out) == 1
+    text = capsys.readouterr().out
+    assert "internal" not in text
+    assert ('if the files are v3.0, in meta/info.json set codebase_version to "v3.0", and data_path to '
+            '"data/chunk-{chunk_index:03d}/file-{file_index:03d}.parquet" (its '
+            "'data/chunk-{episode_chunk:03d}/episode_{episode_index:06d}.parquet' places files by episode, as v2.x "
+            'does), and video_path to "videos/{video_key}/chunk-{chunk_index:03d}/file-{file_index:03d}.mp4"') in text
+    _edit_info(ds, codebase_version="v3.0")
+    assert check.run([str(ds)]) == 1
+    assert ("names unknown placeholder `episode_chunk`; allowed: chunk_index, file_index. `episode_chunk` is v2.x's: "
+            "if the files are v3.0 (a data file per chunk and file, listed in meta/episodes/), set `data_path` to "
+            '"data/chunk-{chunk_index:03d}/file-{file_index:03d}.parquet"; if they are v2.x (one data file and one '
+            'MP4 per episode, listed in meta/episodes.jsonl), set codebase_version to "v2.1"'
+            ) in capsys.readouterr().out
+    _edit_info(ds, data_path="data/chunk-{chunk_index:03d}/file-{file_index:03d}.parquet",
+               video_path="videos/{video_key}/chunk-{chunk_index:03d}/file-{file_index:03d}.mp4")
+    assert run_import(ds, tmp_path / "out2") == 0
+
+
+def test_empty_info_json_loose_episodes_parquet_and_zero_declared_episodes_are_named(tmp_path, capsys):
+    from pipelines import check
+
+    def said(ds: Path) -> str:
+        capsys.readouterr()
+        assert check.run([str(ds)]) == 1
+        return capsys.readouterr().out
+
+    ds = _sample_copy(tmp_path, "loose")
+    (ds / "meta/episodes/chunk-000/file-000.parquet").rename(ds / "meta/episodes.parquet")
+    shutil.rmtree(ds / "meta/episodes")
+    assert ("meta/episodes.parquet lies in meta/, where no episodes file is read: move it to "
+            "meta/episodes/chunk-000/file-000.parquet") in said(ds)
+    ds = _sample_copy(tmp_path, "none")
+    for folder in ("meta/episodes", "data", "videos"):
+        shutil.rmtree(ds / folder)
+    _edit_info(ds, total_episodes=0, total_frames=0)
+    assert "its info.json declares 0 episodes (`total_episodes`): a recording that saved no episode" in said(ds)
+    (ds / "meta/info.json").write_bytes(b"")
+    text = said(ds)
+    assert "[info_json] meta/info.json is empty (0 bytes): a copy or download that did not finish" in text
+    assert "not JSON" not in text

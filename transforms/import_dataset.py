@@ -422,6 +422,8 @@ class _PlanEpisodesFile(beam.DoFn):
             if read is None:
                 source = episodes_metadata.open_episodes_file(root, rel)
             info = load_info(root, skip_videos=self._config.skip_videos)
+            if info.is_v2:  # an episodes file of a dataset whose info.json says v2.x: its layout is what is wrong
+                check_dataset(root, skip_videos=self._config.skip_videos)
             rows = list(read) if read is not None else episodes_metadata.read_episode_rows(source, info, file=rel)
             parts = episodes_metadata.plan_parts(rows, lambda f: self._data_file_size(root, f),
                                                  lambda f: self._layout(root, f, info),

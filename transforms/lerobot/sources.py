@@ -223,8 +223,14 @@ class DatasetSources:
         listed), else None. An import fails such a dataset whole and removes none of its output, so
         its episodes files are not "gone"."""
         if self.info is not None and self.info.is_v2:
-            return None if self.files else (self.info_problem or f"its {v2.EPISODES_JSONL} cannot be read or lists "
-                                            "no episodes")
+            if self.files or self.info_problem:
+                return self.info_problem
+            from transforms.lerobot.dataset import v2_groups  # the import's own words for why (its layout...)
+            try:
+                v2_groups(self.root, self.info)
+            except LeRobotImportError as ex:
+                return str(ex)
+            return f"its {v2.EPISODES_JSONL} cannot be read or lists no episodes"
         if self.listing.episodes_files():
             return None
         return self.info_problem or "it lists no meta/episodes/*/*.parquet file"
