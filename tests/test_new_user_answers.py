@@ -244,3 +244,44 @@ def test_empty_info_json_loose_episodes_parquet_and_zero_declared_episodes_are_n
     text = said(ds)
     assert "[info_json] meta/info.json is empty (0 bytes): a copy or download that did not finish" in text
     assert "not JSON" not in text
+
+
+def test_plan_of_a_one_file_repair_counts_the_bytes_the_import_reads(tmp_path, capsys):
+    """Four episodes files sharing one data file (LeRobot's v3.0 layout): repairing one file's missing part
+    reads its episodes' row groups, not the data file whole, and the plan says what the import then reads
+    (within the footers and pages around them)."""
+    from pipelines import plan
+    ds = make_dataset(tmp_path / "ds", episodes=40, frames=200, cameras=0, episodes_per_meta_file=10,
+                      state_dim=64, action_dim=64)
+    (data_file,) = (ds / "data").rglob("*.parquet")
+    out = tmp_path / "out"
+    assert run_import(ds, out) == 0
+    (out / "episodes/chunk-000/file-002.parquet").unlink()
+    planned = plan.plan_dataset(str(ds), f"file://{out}", read_manifest(out)["options"])
+    assert planned.counts["import"] == 1
+    share = planned.data_bytes
+    assert planned.data_bytes_to_read == share < data_file.stat().st_size / 3
+    capsys.readouterr()
+    assert run_import(ds, out) == 0
+    read = int(capsys.readouterr().out.split("data_bytes_read=")[1].split(",")[0])
+    assert share <= read < 1.2 * share
+
+
+def test_plan_and_check_name_a_video_folder_where_the_template_says_videos(tmp_path, capsys):
+    """`video/` where video_path says `videos/` (seen in published datasets): plan and check give the hint the
+    import gives, and check says each rule once with how many more files it concerns."""
+    from pipelines import check, plan
+    ds = _sample_copy(tmp_path)
+    (ds / "videos").rename(ds / "video")
+    hint = ("a file of that name is at video/observation.images.front/chunk-000/file-000.mp4: the dataset's folder "
+            "is `video/` where the path template says `videos/` (rename the folder, or fix the template in "
+            "meta/info.json)")
+    capsys.readouterr()
+    assert plan.run(["--dataset", str(ds), "--output", str(tmp_path / "out")]) == 1
+    assert hint in capsys.readouterr().out
+    assert check.run([str(ds)]) == 1
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[1].startswith("  error [mp4] videos/observation.images.front/chunk-000/file-000.mp4: "
+                               "[file_missing] video file") and lines[1].endswith(hint)
+    assert lines[2:] == ["    ... and 1 more [mp4] errors: videos/observation.images.wrist/chunk-000/file-000.mp4 "
+                         "(--json lists them all)"]

@@ -171,10 +171,22 @@ def missing_source(src: EpisodesFileSources, listing: SourceListing, root: str) 
     for rel in src.video_files:
         if listing.get(rel) is None:
             return LeRobotImportError("file_missing", f"video file {rel} does not exist (expected at "
-                                      f"{storage.join(root, rel)}), so the episodes using it cannot be imported "
-                                      "with their clips; --skip-videos imports the dataset without its video "
-                                      "features", file=rel)
+                                      f"{storage.join(root, rel)}){_misplaced(root, rel, src.video_files)}, so the "
+                                      "episodes using it cannot be imported with their clips; --skip-videos imports "
+                                      "the dataset without its video features", file=rel)
     return None
+
+
+def _misplaced(root: str, rel: str, videos: Sequence[str]) -> str:
+    """Where a missing MP4 is, as the import's own message says it (`hints`): the other cameras' folders
+    (the second folder of the other MP4s' paths) are never taken for it."""
+    from transforms.lerobot import hints
+    own = rel.split("/")
+    others = {v.split("/")[1] for v in videos if v.count("/") > 1} - set(own)
+    try:
+        return hints.misplaced_hint(root, rel, other_cameras=others)
+    except (OSError, LeRobotImportError):
+        return ""
 
 
 def basis_digest(listing: SourceListing, info: Optional[str], episodes_file: str,

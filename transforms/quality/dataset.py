@@ -98,7 +98,8 @@ def check_dataset_quality(root: str, *, strict: frozenset[str] = frozenset(), sk
         mp4s = sorted({c.file for _, rows, _ in planned for r in rows or () for c in r.videos})
         codecs = {f.name: f.video_codec for f in info.video_features}
         cameras = {c.file: c.key for _, rows, _ in planned for r in rows or () for c in r.videos}
-        times = dict(zip(mp4s, pool.map(lambda f: _mp4_times(uri, f, codecs.get(cameras[f])), mp4s)))
+        others = frozenset(cameras.values())
+        times = dict(zip(mp4s, pool.map(lambda f: _mp4_times(uri, f, codecs.get(cameras[f]), others), mp4s)))
         results = list(pool.map(lambda p: _check_file(uri, p, info, full_info, tasks, times, counter), planned))
     findings = [f for r in results for f in r.findings]
     problems = [p for r in results for p in r.problems]
@@ -124,7 +125,8 @@ def _rows(root: str, rel: str, info: DatasetInfo):
         return rel, None, Problem(rel, ex.episode_index, ex.file or rel, ex.rule, ex.message)
 
 
-def _mp4_times(root: str, rel: str, codec: Optional[str]) -> tuple[Optional[tuple], str]:
+def _mp4_times(root: str, rel: str, codec: Optional[str],
+               cameras: frozenset = frozenset()) -> tuple[Optional[tuple], str]:
     """((sample times, own fps) of an MP4, or None; why it could not be read, or "")."""
     if codec not in INDEXED_CODECS:
         return None, ""  # the import does not index this codec either: the camera is not checked
@@ -134,12 +136,22 @@ def _mp4_times(root: str, rel: str, codec: Optional[str]) -> tuple[Optional[tupl
         fs, path = storage.filesystem(uri)
         result = media_index.read_media_index(fs, path, uri=uri, declared=codec)
         return presentation_times(result.index), ""
-    except FileNotFoundError:
-        return None, f"video file {rel} does not exist"
+    except FileNotFoundError:  # where it is, when a folder on its path has another name (`video/`)
+        return None, f"video file {rel} does not exist{_misplaced(root, rel, cameras)}"
     except LeRobotImportError as ex:
-        return None, f"[{ex.rule}] {ex.message}"
+        hint = _misplaced(root, rel, cameras) if ex.rule == "file_missing" else ""
+        return None, f"[{ex.rule}] {ex.message}{hint}"
     except mp4_arrow.InvalidMediaIndex as ex:
         return None, f"the MediaIndex of {rel} is not usable: {ex}"
+
+
+def _misplaced(root: str, rel: str, cameras: frozenset) -> str:
+    from transforms.lerobot import hints
+    parts = rel.split("/")
+    try:
+        return hints.misplaced_hint(root, rel, other_cameras=cameras - set(parts))
+    except (OSError, LeRobotImportError):
+        return ""
 
 
 def _check_file(root: str, planned, info: DatasetInfo, declared: DatasetInfo, tasks: Optional[Sequence[str]],
