@@ -49,8 +49,9 @@ exit status:
 EPILOG = """\
 output:
   A local run shows its progress: on a terminal a live line (episodes files committed, episodes and
-  frames read, data and MP4 bytes read, rate, time left), else a log line every 30 s. Beam's own
-  chatter and per-request HTTP logs are hidden; -v shows them, -q shows only errors and the summary.
+  frames read, data and MP4 bytes read, rate, time left), else a log line every 30 s, then the summary.
+  -v adds a line per episodes file, the run's metrics, Beam's warnings and per-request HTTP logs; -q
+  shows only errors and the summary.
 
 Beam pipeline options:
   Every other option is Apache Beam's and goes on the same command line: --runner (default
@@ -115,8 +116,8 @@ def add_verbosity_arguments(parser) -> None:
     parser.add_argument("-q", "--quiet", action="store_true",
                         help="Print only errors and the summary: no progress, no warnings.")
     parser.add_argument("-v", "--verbose", action="count", default=0,
-                        help="Also print each step's log lines and Beam's warnings; -vv prints every library's "
-                             "debug log too.")
+                        help="Also print a line per episodes file, the run's metrics, each step's log lines and "
+                             "Beam's warnings; -vv prints every library's debug log too.")
 
 
 def import_help() -> str:

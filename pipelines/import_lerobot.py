@@ -187,7 +187,7 @@ def run(argv: Optional[Sequence[str]] = None, *, wait: bool = True, verbosity: i
         except Stuck as ex:
             return stop_stuck(config, ex.error)
         outcomes: dict[str, str] = {}
-        status = summarize(result, config, outcomes)
+        status = summarize(result, config, outcomes, metrics=verbosity >= 1)
         if planned.bulk:
             write_bulk_report(import_options.output, config, planned, targets, outcomes)
         lost = [keeper.lost for keeper in keepers.values() if keeper is not None and keeper.lost is not None]
@@ -489,9 +489,11 @@ def _iso(ts: float) -> str:
     return datetime.datetime.fromtimestamp(ts, datetime.timezone.utc).isoformat(timespec="seconds")
 
 
-def summarize(result, config: ImportConfig, outcomes: Optional[dict[str, str]] = None) -> int:
-    """Print each dataset's outcome (a failed one's findings grouped by rule, `pipelines.summary`) and the
-    run's counters; 1 when any dataset failed. `outcomes` is filled in: root -> imported, failed, unchanged."""
+def summarize(result, config: ImportConfig, outcomes: Optional[dict[str, str]] = None, *,
+              metrics: bool = True) -> int:
+    """Print each dataset's outcome (a failed one's findings grouped by rule, `pipelines.summary`) and, with
+    `metrics` (-v), the run's counters; 1 when any dataset failed. `outcomes` is filled in: root -> imported,
+    failed, unchanged."""
     from apache_beam.metrics.metric import MetricsFilter
 
     from transforms import progress, storage
@@ -537,9 +539,9 @@ def summarize(result, config: ImportConfig, outcomes: Optional[dict[str, str]] =
             else:
                 print(f"  errors: {errors_uri}")
         if shown <= summary.MAX_DATASETS:
-            for note in (doc.get("notes") or [])[:summary.MAX_RULES]:
-                print(f"  note: {note}")
-    if counters:
+            for line in summary.notes_lines(doc.get("notes") or []):
+                print(line)
+    if counters and metrics:
         print("metrics: " + ", ".join(f"{k}={v}" for k, v in sorted(counters.items())))
     return status
 

@@ -9,6 +9,7 @@ imported because another episode of its file failed (`file_failed`) are counted 
 from __future__ import annotations
 
 import json
+import re
 from typing import Iterable, Optional
 
 #: Rules shown per dataset; the rest are named in one line.
@@ -54,10 +55,11 @@ def findings_lines(rows: Iterable[dict], errors_uri: str, *, indent: str = "  ")
         where = f" in {_count(len(files_of), 'episodes file')}" if files_of else ""
         lines.append(f"{indent}{rule}: {_count(len(found), 'error')}{where}")
         lines.append(f"{indent}  {_cut(str(found[0].get('message', '')))}")
-        named = list(dict.fromkeys(str(r["file"]) for r in found if r.get("file")))
-        if named and (len(named) > 1 or named[0] not in lines[-1]):
+        # the files beyond the one the first message names: each file said once
+        named = [f for f in dict.fromkeys(str(r["file"]) for r in found if r.get("file")) if f not in lines[-1]]
+        if named:
             more = f" (+{len(named) - MAX_FILES} more)" if len(named) > MAX_FILES else ""
-            lines.append(f"{indent}  files: {', '.join(named[:MAX_FILES])}{more}")
+            lines.append(f"{indent}  also: {', '.join(named[:MAX_FILES])}{more}")
     if len(ordered) > MAX_RULES:
         rest = ordered[MAX_RULES:]
         lines.append(f"{indent}... and {_count(sum(len(f) for _, f in rest), 'error')} of "
@@ -91,3 +93,19 @@ def episodes_left_out_line(doc: dict, *, indent: str = "  ") -> Optional[str]:
     return (f"{indent}{_count(lost, 'episode')} not imported, each on its own missing or broken files (named in "
             f"errors.jsonl); the other {_count(written, 'episode')} of {'its' if len(left) == 1 else 'their'} "
             f"{_count(len(left), 'group')} imported")
+
+
+#: The note a dataset gets per camera whose MP4s are missing or unusable (`write_outputs.skip_videos_notes`).
+_CAMERA_NOTE = re.compile(r"camera `(?P<camera>[^`]+)`: \d+ MP4 files? (is|are) missing or unusable .*--skip-videos")
+
+
+def notes_lines(notes: Iterable[str], *, indent: str = "  ") -> list[str]:
+    """A dataset's notes for the terminal: the per-camera notes of missing or unusable MP4s (whose files the
+    findings above name already) in one line with the way out, the others as they are."""
+    notes = list(notes)
+    cameras = [m.group("camera") for m in map(_CAMERA_NOTE.match, notes) if m]
+    lines = [f"{indent}note: {n}" for n in notes if not _CAMERA_NOTE.match(n)][:MAX_RULES]
+    if cameras:
+        lines.append(f"{indent}note: --skip-videos imports the dataset without its video features (MP4s of "
+                     f"{', '.join(f'`{c}`' for c in cameras)} missing or unusable, named above)")
+    return lines

@@ -285,3 +285,40 @@ def test_plan_and_check_name_a_video_folder_where_the_template_says_videos(tmp_p
                                "[file_missing] video file") and lines[1].endswith(hint)
     assert lines[2:] == ["    ... and 1 more [mp4] errors: videos/observation.images.wrist/chunk-000/file-000.mp4 "
                          "(--json lists them all)"]
+
+
+def _command(*argv: str) -> tuple[int, list[str]]:
+    """The command in a fresh process, as a user runs it: (status, its stdout and stderr lines)."""
+    import subprocess
+    import sys
+
+    from tests.helpers import REPO
+    proc = subprocess.run([sys.executable, "-m", "pipelines.import_lerobot", *argv, "--runner", "FnApiRunner"],
+                          cwd=REPO, capture_output=True, text=True, timeout=300)
+    return proc.returncode, (proc.stdout + proc.stderr).splitlines()
+
+
+def test_default_output_is_the_summary_with_each_cause_once_and_v_adds_per_file_lines_and_metrics(tmp_path):
+    ds = _sample_copy(tmp_path)
+    front = "videos/observation.images.front/chunk-000/file-000.mp4"
+    (ds / front).unlink()
+    out = tmp_path / "out"
+    code, lines = _command("--dataset", str(ds), "--output", str(out))
+    assert code == 1
+    assert len([x for x in lines if front in x]) == 1, lines  # the MP4 is named once
+    assert not [x for x in lines if x.startswith(("INFO", "WARNING", "DEBUG", "metrics:"))], lines
+    assert lines[0].startswith(f"file://{ds}: failed - 0/4 episodes")
+    assert lines[-1] == ("  note: --skip-videos imports the dataset without its video features (MP4s of "
+                         "`observation.images.front` missing or unusable, named above)")
+
+    assert _command("--dataset", str(ds), "--output", str(out), "--skip-videos")[0] == 0
+    (out / "episodes/chunk-000/file-000.parquet").unlink()
+    code, lines = _command("--dataset", str(ds), "--output", str(out), "--skip-videos", "-q")
+    assert code == 0 and not [x for x in lines if x.startswith("metrics:")]
+    assert len([x for x in lines if "repair:" in x]) == 1, lines  # the repair is said once
+
+    code, lines = _command("--dataset", str(ds), "--output", str(out), "--skip-videos", "-v", "--force")
+    assert code == 0
+    assert [x for x in lines if x.startswith("metrics: ")]
+    assert [x for x in lines if "episodes file meta/episodes/chunk-000/file-000.parquet of" in x
+            and x.endswith("imported: 4 episodes, 46 frames, 1 parts")]

@@ -71,9 +71,8 @@ def test_failure_cause_is_on_the_terminal_and_rows_stay_true(tmp_path, capsys):
         f"    {first['message']}",
         "  file_failed: 2 more episodes not imported only because another episode of their episodes file failed",
         f"  every row: file://{out}/errors.jsonl (4 rows)",
-        "  note: camera `observation.images.top`: 1 MP4 file is missing or unusable (file_missing; first: "
-        f"{MISSING}), so the episodes using them were not imported; --skip-videos imports the dataset without "
-        "its video features"]
+        "  note: --skip-videos imports the dataset without its video features (MP4s of `observation.images.top` "
+        "missing or unusable, named above)"]
     assert first["message"] == (
         f"[file_missing] dataset file://{root}, episodes file meta/episodes/chunk-000/file-001.parquet, episode 3, "
         f"file {MISSING}: video file {MISSING} does not exist (expected at file://{root}/{MISSING})")

@@ -261,7 +261,7 @@ class _CheckDataset(beam.DoFn):
             entry = {"run_id": previous.get("run_id"), **d.previous}  # one without was written by that run
             kept.append(KeptFile(d.episodes_file, d.action == sources.REMOVED, json.dumps(entry)))
         if kept:
-            _LOG.info("%s: %d episodes files unchanged or removed since the last import", root, len(kept))
+            _LOG.debug("%s: %d episodes files unchanged or removed since the last import", root, len(kept))
         carried = tuple((rel, media.tokens[rel]) for rel in sorted(media.carried))
         report = DatasetReport(file_sources=current, kept=tuple(kept), warnings=_kept_warnings(root, previous, kept),
                                index_kept=media.kept_shards, video_versions=carried)
@@ -274,7 +274,7 @@ class _CheckDataset(beam.DoFn):
             return False
         if previous.get("media_index") and previous.get("media_index_layout") != paths.MEDIA_INDEX_LAYOUT:
             return False  # an output of an older media_index/ layout is imported again once
-        _LOG.info("%s is unchanged since its import of %s: skipped (--force redoes it)", root,
+        _LOG.debug("%s is unchanged since its import of %s: skipped (--force redoes it)", root,
                   previous.get("finished_at"))
         return True
 
