@@ -322,3 +322,28 @@ def test_default_output_is_the_summary_with_each_cause_once_and_v_adds_per_file_
     assert [x for x in lines if x.startswith("metrics: ")]
     assert [x for x in lines if "episodes file meta/episodes/chunk-000/file-000.parquet of" in x
             and x.endswith("imported: 4 episodes, 46 frames, 1 parts")]
+
+
+def test_a_hub_pattern_without_network_fails_at_once_and_says_each_line_once(tmp_path):
+    """`--datasets 'hf://datasets/OWNER/*'` where the Hub's host name does not resolve (no network, no
+    DNS): one error line, no retry (huggingface_hub's own backoff took about 25 s), and with -v each of the
+    library's lines once (they printed twice: its own handler and the command's)."""
+    import os
+    import subprocess
+    import sys
+    import time
+
+    from tests.helpers import REPO
+    start = time.monotonic()
+    proc = subprocess.run([sys.executable, "-m", "pipelines.import_lerobot", "--datasets", "hf://datasets/lerobot/*",
+                           "--output", str(tmp_path / "out"), "-v"], cwd=REPO, capture_output=True, text=True,
+                          timeout=300, env=dict(os.environ, HF_ENDPOINT="https://hub.invalid", HF_HUB_OFFLINE="0"))
+    took = time.monotonic() - start
+    lines = (proc.stdout + proc.stderr).splitlines()
+    assert proc.returncode == 1
+    assert lines[-1].startswith("error: [hub_unreachable] cannot reach the Hub for the dataset lerobot/*: the Hub's "
+                                "host name does not resolve (https://hub.invalid)")
+    assert not [x for x in lines if "Retrying in" in x], lines
+    thrown = [x for x in lines if "thrown while requesting GET https://hub.invalid/api/datasets" in x]
+    assert len(thrown) == 1, lines
+    assert took < 20, took  # one request, not five retries with backoff
