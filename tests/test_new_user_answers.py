@@ -347,3 +347,56 @@ def test_a_hub_pattern_without_network_fails_at_once_and_says_each_line_once(tmp
     thrown = [x for x in lines if "thrown while requesting GET https://hub.invalid/api/datasets" in x]
     assert len(thrown) == 1, lines
     assert took < 20, took  # one request, not five retries with backoff
+
+
+def _apitools() -> None:
+    import importlib.util
+    if importlib.util.find_spec("apitools") is None:
+        pytest.skip("Beam's Google Cloud libraries (apache-beam[gcp]) are not installed: Dataflow options are not "
+                    "checked past the line naming them")
+
+
+@pytest.mark.parametrize("options, words", [
+    (("--project", "p", "--region", "us-central1", "--temp_location", "gs://b/tmp"),
+     "error: --project p is not a Google Cloud project ID (6 to 30 lowercase letters, digits and hyphens, starting "
+     "with a letter)"),
+    (("--project", "my-project-1", "--region", "central", "--temp_location", "gs://b/tmp"),
+     "error: --region central is not a Google Cloud region (e.g. us-central1, europe-west4)"),
+    (("--project", "my-project-1", "--region", "us-central1", "--temp_location", "/tmp/x"),
+     "error: --temp_location /tmp/x: Dataflow stages its files in Cloud Storage, so it is a gs:// folder"),
+    (("--project", "my-project-1"), "error: --runner DataflowRunner needs --region, --temp_location (e.g. --region "
+                                    "us-central1 --temp_location gs://BUCKET/tmp)"),
+], ids=["project", "region", "temp_location", "missing"])
+def test_dataflow_option_mistakes_are_a_wrong_command_line(tmp_path, capsys, options, words):
+    """Exit status 2 (a wrong command line, as the exit-status table says), one line, at once: Beam would
+    find a bad value only by submitting the job, after a minute of retries, in a traceback."""
+    _apitools()
+    from pipelines import cli
+    out = tmp_path / "out"
+    with pytest.raises(SystemExit) as raised:
+        cli.main(["--dataset", str(SAMPLE), "--output", str(out), "--runner", "DataflowRunner", *options])
+    assert raised.value.code == 2
+    assert capsys.readouterr().err.startswith(words)
+    assert not out.exists()
+
+
+def test_a_job_that_cannot_be_submitted_is_one_line_not_a_traceback(tmp_path, capsys, monkeypatch):
+    """Options that look right but a submission that fails (no credentials, no network): one line with the
+    cause and what to check, exit status 1."""
+    _apitools()
+    from pipelines import import_lerobot
+
+    class Refused:
+        def run(self):
+            raise RuntimeError("Timeout of 120.0s exceeded, last exception: HTTPSConnectionPool(host="
+                               "'storage.googleapis.com', port=443)\nmore lines of the library")
+    monkeypatch.setattr(import_lerobot, "build_pipeline", lambda *a, **k: Refused())
+    out = tmp_path / "out"
+    code = import_lerobot.run(["--dataset", str(SAMPLE), "--output", str(out), "--runner", "DataflowRunner",
+                               "--project", "my-project-1", "--region", "us-central1", "--temp_location",
+                               "gs://b/tmp"])
+    assert code == 1
+    assert capsys.readouterr().out.splitlines()[-1] == (
+        "error: the job could not be run on DataflowRunner: RuntimeError: Timeout of 120.0s exceeded, last exception: "
+        "HTTPSConnectionPool(host='storage.googleapis.com', port=443); check the project, region, temp_location and "
+        "credentials (gcloud auth application-default login)")

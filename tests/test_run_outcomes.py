@@ -145,10 +145,11 @@ def test_dataflow_without_beams_cloud_libraries_names_the_extra_before_any_lease
     assert not out.exists()
 
 
-def test_dataflow_without_its_options_is_one_line_before_any_lease(tmp_path):
+def test_dataflow_without_its_options_is_one_line_before_any_lease(tmp_path, capsys):
     out = tmp_path / "out"
     with pytest.raises(SystemExit) as raised:
         import_lerobot.main(["--dataset", str(SAMPLE), "--output", str(out), "--runner", "Dataflow"])
-    assert str(raised.value) == ("error: --runner Dataflow needs --project, --region, --temp_location (e.g. --project "
-                                 "PROJECT --region us-central1 --temp_location gs://BUCKET/tmp)")
+    assert raised.value.code == 2  # a wrong command line
+    assert capsys.readouterr().err == ("error: --runner Dataflow needs --project, --region, --temp_location (e.g. "
+                                       "--project PROJECT --region us-central1 --temp_location gs://BUCKET/tmp)\n")
     assert not out.exists()  # no lease was taken, nothing written
