@@ -400,3 +400,31 @@ def test_a_job_that_cannot_be_submitted_is_one_line_not_a_traceback(tmp_path, ca
         "error: the job could not be run on DataflowRunner: RuntimeError: Timeout of 120.0s exceeded, last exception: "
         "HTTPSConnectionPool(host='storage.googleapis.com', port=443); check the project, region, temp_location and "
         "credentials (gcloud auth application-default login)")
+
+
+def test_the_reader_pointed_at_a_dataset_or_a_missing_folder_says_what_to_do(tmp_path):
+    from transforms.reader import ImportedFrames
+    from transforms.reader.import_reader import ReaderError
+    with pytest.raises(ReaderError) as raised:
+        ImportedFrames(str(SAMPLE))
+    assert str(raised.value) == (f"file://{SAMPLE} is a LeRobot dataset (it has meta/info.json), not an import's "
+                                 f"output: import it first, `lerobot-import --dataset {SAMPLE} --output OUT`, then "
+                                 "read OUT")
+    with pytest.raises(ReaderError) as raised:
+        ImportedFrames(str(tmp_path / "nope"))
+    assert str(raised.value) == f"file://{tmp_path}/nope does not exist: give the --output folder of an import"
+
+
+def test_the_reader_of_an_import_whose_dataset_moved_names_dataset_root(tmp_path):
+    pytest.importorskip("torch")
+    from transforms.reader import ImportedFrames
+    from transforms.reader.frames import FramesError
+    ds = _sample_copy(tmp_path)
+    out = tmp_path / "out"
+    assert run_import(ds, out) == 0
+    moved = ds.rename(tmp_path / "moved")
+    with pytest.raises(FramesError) as raised:
+        ImportedFrames(str(out))[0]
+    assert str(raised.value).endswith(f"; the dataset file://{ds} the import read is not there any more: if it "
+                                      "moved, ImportedFrames(..., dataset_root=<where it is now>) reads it from there")
+    assert ImportedFrames(str(out), dataset_root=str(moved))[0]["episode_index"] == 0
