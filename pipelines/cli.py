@@ -25,8 +25,9 @@ from pipelines import arguments
 PROG = "lerobot-import"
 
 DESCRIPTION = """\
-Import LeRobot v3 datasets as typed episode records: one row per episode, every frame feature typed
-as meta/info.json declares it, one clip per camera pointing into the dataset's own MP4.
+Import LeRobot v3.0 datasets, and v2.0 / v2.1 datasets as they are (no conversion first), as typed
+episode records: one row per episode, every frame feature typed as meta/info.json declares it, one clip
+per camera pointing into the dataset's own MP4.
 
 usage:
   lerobot-import --dataset ROOT --output OUT [import options] [Beam pipeline options]

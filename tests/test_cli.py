@@ -179,7 +179,7 @@ def test_version_and_help_answer_without_beam_or_pyarrow():
     assert lines[0] == (f"['--version'] 0 lerobot-import {metadata.version('lerobot-beam-import')} (apache-beam "
                         f"{metadata.version('apache-beam')}, pyarrow {metadata.version('pyarrow')}, Python "
                         f"{'.'.join(map(str, sys.version_info[:3]))})")
-    assert lines[1].startswith("['--help'] 0 Import LeRobot v3 datasets")
+    assert lines[1].startswith("['--help'] 0 Import LeRobot v3.0 datasets, and v2.0 / v2.1 datasets")
     assert lines[2] == "beam False pyarrow False"
     assert lines[3].startswith("['plan', '--help'] 0 usage: lerobot-import plan")
     assert lines[4].startswith("['verify', '--help'] 0 usage: lerobot-import verify")

@@ -428,3 +428,26 @@ def test_the_reader_of_an_import_whose_dataset_moved_names_dataset_root(tmp_path
     assert str(raised.value).endswith(f"; the dataset file://{ds} the import read is not there any more: if it "
                                       "moved, ImportedFrames(..., dataset_root=<where it is now>) reads it from there")
     assert ImportedFrames(str(out), dataset_root=str(moved))[0]["episode_index"] == 0
+
+
+def test_help_readme_and_output_tell_a_new_user_the_truth(tmp_path, capsys):
+    """--help says v2.x datasets import too; an import leaves no lock file of its lease in the output (nor
+    does a second run, or a release); the README's training install line names PyTorch's CPU build beside
+    it; the benchmark generator's --help shows its defaults."""
+    from pipelines import cli
+    from tests.bench import synth_dataset
+    from tests.helpers import REPO
+    assert "v2.0 / v2.1 datasets as they are" in " ".join(cli.import_help().split())
+    out = tmp_path / "out"
+    for _ in range(2):
+        assert run_import(SAMPLE, out) == 0
+        assert not [p.name for p in out.iterdir() if p.name.startswith(".lease")]
+    readme = " ".join((REPO / "README.md").read_text().split())
+    assert 'pip install -e ".[torch,video]"' in readme
+    assert "pip install torch --index-url https://download.pytorch.org/whl/cpu" in readme
+    with pytest.raises(SystemExit):
+        synth_dataset.main(["--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    assert "--episodes EPISODES episodes in the dataset (default: 2000)" in text
+    assert "--data-file-mb DATA_FILE_MB data file size that starts a new file (LeRobot's default) (default: 100.0)" \
+        in text
