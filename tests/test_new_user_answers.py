@@ -451,3 +451,31 @@ def test_help_readme_and_output_tell_a_new_user_the_truth(tmp_path, capsys):
     assert "--episodes EPISODES episodes in the dataset (default: 2000)" in text
     assert "--data-file-mb DATA_FILE_MB data file size that starts a new file (LeRobot's default) (default: 100.0)" \
         in text
+
+
+def test_quality_checks_run_on_episodes_a_missing_column_stops(tmp_path, capsys):
+    """A data file without a declared column fails its episodes (missing_column), and its timestamps off the
+    frame grid are still reported, by check and by the import, checked on the columns it has."""
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from pipelines import check
+    ds = _sample_copy(tmp_path)
+    data = ds / "data/chunk-000/file-000.parquet"
+    table = pq.read_table(data)
+    ts = table.column("timestamp").to_numpy().copy()
+    ts[3] += 0.013  # episode 0, frame 3: off the frame grid
+    table = table.set_column(table.schema.get_field_index("timestamp"), "timestamp", pa.array(ts.astype(np.float32)))
+    pq.write_table(table.drop(["observation.state"]), data)
+    grid = ("episode 0: 1 of 12 frames have a timestamp more than 0.0001 s off frame_index / fps (30); first frame 3: "
+            "0.113 s, expected 0.1 s")
+    capsys.readouterr()
+    assert check.run([str(ds)]) == 1
+    text = capsys.readouterr().out
+    assert "error [missing_column]" in text and grid in text
+    out = tmp_path / "out"
+    assert run_import(ds, out, "--skip-videos") == 1
+    text = capsys.readouterr().out
+    assert "  quality: timestamp_grid (1 episodes), timestamp_steps (1 episodes)" in text
+    assert read_manifest(out)["quality"]["checks"]["timestamp_grid"]["example"].startswith(grid)

@@ -249,7 +249,9 @@ class _WriteParts(beam.DoFn):
             records = [error_record(e, dataset=root, episodes_file=rel) for e in errors]
             kept, more, failures = drop_failed_episodes(header, records)
             if failures:
-                return (root, rel), _failed_part(planned, records + list(dropped))
+                failed = _failed_part(planned, records + list(dropped))
+                return (root, rel), dataclasses.replace(failed, findings=tuple(self._check_remains(
+                    root, rel, info, header, frames)))
             header, dropped, errors = kept, dropped + more, []
             frames = {r.position: frames[r.position] for r in header.rows}
         if not errors:
@@ -260,14 +262,32 @@ class _WriteParts(beam.DoFn):
             except LeRobotImportError as ex:  # a clip time that does not fit, found while typing the clips
                 errors = [ex.with_context(file=rel)]
         if errors:
-            return (root, rel), _failed_part(planned, [error_record(e, dataset=root, episodes_file=rel) for e in errors]
-                                             + list(dropped))
+            failed = _failed_part(planned, [error_record(e, dataset=root, episodes_file=rel) for e in errors]
+                                  + list(dropped))
+            return (root, rel), dataclasses.replace(failed, findings=tuple(self._check_remains(root, rel, info,
+                                                                                                header, frames)))
         data = self._encoder.submit(_encoded, table)  # encoded (and hashed) while the frames are checked
         del table
         findings = self._check(root, rel, info, header, frames, inputs.videos)
         n_frames = sum(len(f) for f in frames.values())
         return _Encoding(key=key, inputs=inputs, header=header, frames=n_frames, findings=tuple(findings),
                          data=data, dropped=dropped)
+
+    def _check_remains(self, root: str, rel: str, info: DatasetInfo, header: PartHeader, frames: dict) -> list:
+        """The quality findings a failed part's episodes still give (`check_what_remains`): reported with
+        the error, so a missing column does not hide, say, timestamps off the frame grid."""
+        from transforms.quality.dataset import check_what_remains
+        if root not in self._tasks:
+            self._tasks[root] = quality.read_tasks(root)
+        typed = [r for r in header.rows if r.position in frames]
+        try:
+            found = quality.check_part(root, rel, info, typed, frames, tasks=self._tasks[root],
+                                       data_columns=self._columns)
+            return found + check_what_remains(root, rel, info, [r for r in header.rows if r.position not in frames],
+                                              self._reads, tasks=self._tasks[root])
+        except (LeRobotImportError, OSError) as ex:  # the part fails with its own error anyway
+            _LOG.debug("the quality checks of failed part %s of %s: %s", header.plan.part, rel, ex)
+            return []
 
     def _check(self, root: str, rel: str, info: DatasetInfo, header: PartHeader, frames: dict,
                videos) -> list:

@@ -179,8 +179,60 @@ def _check_file(root: str, planned, info: DatasetInfo, declared: DatasetInfo, ta
     samples = _windows(rows, times, info.fps)
     findings = check_part(root, rel, info, rows, frames, tasks=tasks, samples=samples, data_columns=columns,
                           declared=declared)
+    stopped = [r for r in rows if r.position not in frames]
+    if stopped:  # what a structural error leaves checkable (a column missing: the others still are)
+        findings += check_what_remains(root, rel, info, stopped, counter, tasks=tasks, samples=samples,
+                                       declared=declared)
     return _FileResult(tuple(findings), tuple(problems), (len(rows), sum(r.length for r in rows)),
                        tuple(r.episode_index for r in rows))
+
+
+def without_missing_columns(info: DatasetInfo, columns: Sequence[str]) -> Optional[DatasetInfo]:
+    """`info` without the frame features a data file lacks (its cameras kept), or None when it lacks none."""
+    present = set(columns)
+    kept = tuple(f for f in info.features if f.kind == "video" or f.name in present)
+    return None if len(kept) == len(info.features) else dataclasses.replace(info, features=kept)
+
+
+def check_what_remains(root: str, rel: str, info: DatasetInfo, rows: Sequence, counter: storage.ReadCounter, *,
+                       tasks: Optional[Sequence[str]] = None, samples=None, strict: frozenset[str] = frozenset(),
+                       declared: Optional[DatasetInfo] = None) -> list[Finding]:
+    """The quality findings of episodes a structural error stopped, as far as they can still be checked: the
+    episodes of a data file that lacks a declared column are typed again with the columns it has, and
+    checked on those (their timestamps, their other features), so one missing column does not hide the
+    rest (an error that no missing column explains leaves them unchecked, as before)."""
+    found: list[Finding] = []
+    by_file: dict[str, list] = {}
+    for row in rows:
+        by_file.setdefault(row.data_file, []).append(row)
+    for data_file, episodes in by_file.items():
+        columns = _columns_of(root, data_file)
+        reduced = without_missing_columns(info, columns) if columns else None
+        if reduced is None or not reduced.frame_features:
+            continue
+        frames = {}
+        reader = data_files.DataFileReader(root, data_file, reduced, counter)
+        try:
+            for batch in reader.read([(r.position, r) for r in episodes]):
+                for position, _, result in frames_lib.typed_frames(batch, reduced):
+                    if not isinstance(result, LeRobotImportError):
+                        frames[position] = result
+        finally:
+            reader.close()
+        found += check_part(root, rel, reduced, episodes, frames, tasks=tasks, samples=samples,
+                            data_columns={data_file: columns}, strict=strict, declared=declared or info)
+    return found
+
+
+def _columns_of(root: str, data_file: str) -> tuple[str, ...]:
+    """The columns a data file's footer names; () when it cannot be read (its own error says why)."""
+    import pyarrow.parquet as pq
+    try:
+        fs, path = storage.filesystem(storage.dataset_file(root, data_file))
+        with fs.open(path, "rb") as f:
+            return tuple(pq.ParquetFile(f).schema_arrow.names)
+    except Exception:  # noqa: BLE001 - any cause: the episodes stay as unchecked as before
+        return ()
 
 
 def _windows(rows: Iterable, times: dict, fps: Optional[float]) -> dict[str, SampleTimes]:
