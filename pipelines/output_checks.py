@@ -13,10 +13,10 @@ from __future__ import annotations
 
 from typing import Optional
 
-from pipelines.cli import UsageError
+from pipelines.console import UsageError
 from pipelines.targets import RunTargets, dataset_name
-from transforms import storage
-from transforms.episode import output_state, paths
+from transforms.base import storage
+from transforms.output import safety, paths
 
 #: bulk_report.json: written at the root of a run over several datasets.
 BULK_REPORT = "bulk_report.json"
@@ -36,7 +36,7 @@ def check_outputs(planned: RunTargets, output: str, *, force: bool) -> None:
 def layout_problem(planned: RunTargets, out: str, shown: str) -> Optional[str]:
     """Why this run's layout is not the one `out` already holds, else None."""
     if planned.bulk:
-        found = output_state.read_manifest(out).doc
+        found = safety.read_manifest(out).doc
         if found is None:
             return None
         return (f"{shown} holds the import of one dataset ({found.get('dataset')}: its manifest.json is at the "
@@ -59,7 +59,7 @@ def layout_problem(planned: RunTargets, out: str, shown: str) -> Optional[str]:
 
 def foreign_manifest(target: str) -> Optional[str]:
     """Why the manifest.json in `target` is one the import must not replace without --force, else None."""
-    found = output_state.read_manifest(target)
+    found = safety.read_manifest(target)
     if found.problem is None or found.problem.rule != "manifest":
         return None
     return (f"{storage.join(target, paths.MANIFEST)} {_why(found.problem)}: no import wrote it as it is, and this "

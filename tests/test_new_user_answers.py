@@ -434,10 +434,10 @@ def test_help_readme_and_output_tell_a_new_user_the_truth(tmp_path, capsys):
     """--help says v2.x datasets import too; an import leaves no lock file of its lease in the output (nor
     does a second run, or a release); the README's training install line names PyTorch's CPU build beside
     it; the benchmark generator's --help shows its defaults."""
-    from pipelines import cli
+    from pipelines import command_line
     from tests.bench import synth_dataset
     from tests.helpers import REPO
-    assert "v2.0 / v2.1 datasets as they are" in " ".join(cli.import_help().split())
+    assert "v2.0 / v2.1 datasets as they are" in " ".join(command_line.import_help().split())
     out = tmp_path / "out"
     for _ in range(2):
         assert run_import(SAMPLE, out) == 0

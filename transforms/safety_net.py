@@ -1,4 +1,4 @@
-"""The safety net every import step wears, and the run's counters.
+"""The shape every import step shares: the run's configuration, the safety net it wears, the run's counters.
 
 Every expected failure is a rule already (a `LeRobotImportError`, turned into a record by the step
 that met it). An unexpected exception (a bug, or a library failing in a way no rule foresaw) would
@@ -17,12 +17,27 @@ import apache_beam as beam
 from apache_beam.metrics import Metrics
 from apache_beam.typehints import Any
 
-from transforms import run_limits
+from transforms.base import run_limits
 
 #: The namespace of the import's Beam counters (episodes, frames, bytes read, errors, ...).
 NAMESPACE = "lerobot_import"
 #: The output that holds (element, exc_info) for each element whose processing raised.
 BAD = "bad"
+
+
+class ImportStep(beam.PTransform):
+    """A composite step of the import, made with the run's configuration (`self._config`)."""
+
+    def __init__(self, config) -> None:  # an ImportConfig
+        super().__init__()
+        self._config = config
+
+
+class ImportDoFn(beam.DoFn):
+    """A DoFn of the import, made with the run's configuration (`self._config`, which `in_phase` reads)."""
+
+    def __init__(self, config) -> None:  # an ImportConfig
+        self._config = config
 
 
 def counter(name: str):
@@ -41,7 +56,7 @@ def guarded(dofn: beam.DoFn, *tags: str, main: str, **side_inputs):
 
 
 def in_phase(phase: str, describe: Callable[[Any], str]):
-    """Make a DoFn's `process` one piece of run phase `phase` (`transforms.run_limits`): every read it
+    """Make a DoFn's `process` one piece of run phase `phase` (`transforms.base.run_limits`): every read it
     makes checks the phase's deadline (the DoFn's `_config.limits`), and one past it raises rule
     `deadline`, which the step records as it records any rule. `describe(element)` names the piece
     ("episodes file X of dataset D"). The piece's outputs are handed on once it ends, so the steps Beam

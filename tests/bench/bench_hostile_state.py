@@ -13,7 +13,9 @@ Prints one row per case: seconds, peak MB, and the first line of what the comman
 
 The phase-deadline cases run with `--phase_deadline 5`: a Hub sending 20 bytes a second
 (slow_source_phase_deadline), a read that never returns (stuck_read_phase_deadline; the command's watch
-stops the run 5 s past the deadline instead of the default 60 s). render_held_output renders into an
+stops the run 5 s past the deadline instead of the default 60 s). trickle_one_byte_a_second serves every
+body a byte a second with no option given: the floor rate of a read (1 KiB/s over 30 s) ends it, not the
+phase deadline (30 min). render_held_output renders into an
 output another render's lease holds; manifest_disk_full fills the disk at the manifest's write.
 """
 
@@ -72,7 +74,7 @@ def _hub(work: Path, hostile: dict, *, pad_mib: int = 0, deadline: float = 0.0, 
     sys.path.insert(0, str(REPO))
     from tests.helpers import SAMPLE, copy_dataset
     from tests.hub_standin import HubStandIn
-    from transforms import hub
+    from transforms.base import hub
     root = copy_dataset(SAMPLE, work / "so101")
     if pad_mib:
         mp4 = sorted(root.glob("videos/*/*/*.mp4"))[0]
@@ -207,9 +209,14 @@ def case_slow_source_phase_deadline(work: Path) -> str:
     return _hub(work, {"slow_bytes": 0.05}, extra=("--phase_deadline", "5"))
 
 
+def case_trickle_one_byte_a_second(work: Path) -> str:
+    # no option: the floor rate (1 KiB/s over 30 s) ends it, not the phase deadline's 30 minutes
+    return _hub(work, {"slow_bytes": 1.0})
+
+
 def case_stuck_read_phase_deadline(work: Path) -> str:
     import threading
-    from transforms import run_limits
+    from transforms.base import run_limits
     from transforms.lerobot import episodes_files
     dataset, out = _setup(work)
     never = threading.Event()
@@ -223,7 +230,7 @@ def case_render_held_output(work: Path) -> str:
     import io
     from pipelines import render_recipes
     from tests.helpers import lerobot_dataset, run_import
-    from transforms import lease
+    from transforms.output import lease
     root = lerobot_dataset("language")
     assert run_import(root, work / "out") == 0
     held = lease.acquire(str(work / "samples"), run_id="another-render")

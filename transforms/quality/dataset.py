@@ -15,17 +15,17 @@ from typing import Iterable, Optional, Sequence
 
 import numpy as np
 
-from transforms import storage
+from transforms.base import storage
 from transforms.episode import frames as frames_lib
-from transforms.errors import LeRobotImportError
-from transforms.lerobot import data_files, v2
-from transforms.lerobot import episodes_files as episodes_metadata
+from transforms.base.errors import LeRobotImportError
+from transforms.lerobot import data_files
 from transforms.lerobot.dataset import check_dataset
+from transforms.lerobot.layouts import read_unit_rows
 from transforms.lerobot.info import INDEXED_CODECS, INFO_PATH, DatasetInfo
 from transforms.mp4 import arrow as mp4_arrow
 from transforms.quality.dataset_checks import dataset_totals, info_document
 from transforms.quality.findings import ERROR, Finding, with_severity
-from transforms.quality.part import check_part, read_tasks
+from transforms.quality.part import check_part, load_tasks
 from transforms.quality.video_checks import SampleTimes, presentation_times, sample_window
 
 #: Episodes files (and MP4s) read at once.
@@ -91,7 +91,7 @@ def check_dataset_quality(root: str, *, strict: frozenset[str] = frozenset(), sk
     uri = checked.root
     full_info = checked.info
     info = checked_info(full_info)
-    tasks = read_tasks(uri)
+    tasks, task_findings = load_tasks(uri)
     raw_info = storage.read_bytes(storage.dataset_file(uri, INFO_PATH), what="info file", file=INFO_PATH)
     with ThreadPoolExecutor(max(1, threads)) as pool:
         planned = list(pool.map(lambda rel: _rows(uri, rel, full_info), checked.episodes_files))
@@ -101,7 +101,7 @@ def check_dataset_quality(root: str, *, strict: frozenset[str] = frozenset(), sk
         others = frozenset(cameras.values())
         times = dict(zip(mp4s, pool.map(lambda f: _mp4_times(uri, f, codecs.get(cameras[f]), others), mp4s)))
         results = list(pool.map(lambda p: _check_file(uri, p, info, full_info, tasks, times, counter), planned))
-    findings = [f for r in results for f in r.findings]
+    findings = task_findings + [f for r in results for f in r.findings]
     problems = [p for r in results for p in r.problems]
     problems += [Problem(None, None, f, "mp4", message) for f, (_, message) in sorted(times.items()) if message]
     counts = [r.counts for r in results]
@@ -117,10 +117,7 @@ def check_dataset_quality(root: str, *, strict: frozenset[str] = frozenset(), sk
 def _rows(root: str, rel: str, info: DatasetInfo):
     """(episodes file, its rows or None, the problem reading them)."""
     try:
-        if v2.is_group(rel):  # a group of a v2.x dataset's episodes
-            return rel, v2.group_rows(v2.load_episodes(root), info, rel), None
-        raw = storage.read_bytes(storage.dataset_file(root, rel), what="episodes file", file=rel)
-        return rel, episodes_metadata.read_episode_rows(raw, info, file=rel), None
+        return rel, read_unit_rows(root, rel, info), None
     except LeRobotImportError as ex:
         return rel, None, Problem(rel, ex.episode_index, ex.file or rel, ex.rule, ex.message)
 

@@ -26,9 +26,9 @@ import hashlib
 import json
 from typing import Any, Iterable, Mapping, Optional
 
-from transforms import storage
-from transforms.episode import output_state, paths
-from transforms.errors import LeRobotImportError
+from transforms.base import storage
+from transforms.output import safety, paths
+from transforms.base.errors import LeRobotImportError
 
 PROGRESS_DIR = ".journal"
 INTERRUPTED = "interrupted"
@@ -69,7 +69,7 @@ def record_shard(out_root: str, *, run_id: str, options: Mapping, shard: str, ac
 
 def record_part(out_root: str, *, run_id: str, episodes_file: str, part: int, result: Mapping) -> None:
     """Record a part of a file of several parts just written under its temporary name (`result`: what the
-    file's commit needs of it, see `write_outputs`)."""
+    file's commit needs of it, see `transforms.write_parts`)."""
     doc = {"kind": "part", "run_id": run_id, "episodes_file": episodes_file, "part": part, "result": dict(result)}
     storage.write_atomic(part_record_uri(out_root, run_id, episodes_file, part), _dumps(doc))
 
@@ -217,7 +217,7 @@ def leftover_temporaries(out_root: str) -> list[str]:
         listed = storage.list_files(out_root)
     except OSError:
         return []
-    return [uri for uri in listed if output_state.is_own_tmp(uri.rsplit("/", 1)[-1])]
+    return [uri for uri in listed if safety.is_own_tmp(uri.rsplit("/", 1)[-1])]
 
 
 def _dumps(doc: Mapping) -> bytes:

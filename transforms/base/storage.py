@@ -22,8 +22,8 @@ from typing import Callable, Optional, TypeVar
 import fsspec
 from fsspec.implementations.local import LocalFileSystem
 
-from transforms import hub, run_limits
-from transforms.errors import LeRobotImportError, quote, shorten
+from transforms.base import hub, run_limits
+from transforms.base.errors import LeRobotImportError, quote, shorten
 
 T = TypeVar("T")
 
@@ -76,7 +76,7 @@ def filesystem(uri: str) -> tuple[fsspec.AbstractFileSystem, str]:
     protocol = uri.split("://", 1)[0]
     if protocol in ("file", "local"):
         return _local(), LocalFileSystem._strip_protocol(uri)
-    if protocol == "hf":  # read by exact ranges, retried, at the commit the URL names (see transforms.hub)
+    if protocol == "hf":  # read by exact ranges, retried, at the commit the URL names (see transforms.base.hub)
         fs = hub.filesystem()
         return fs, fs._strip_protocol(uri)
     if "::" in protocol:
@@ -320,7 +320,8 @@ class CountingFile(io.RawIOBase):
             return self._raw.read(n)
 
         try:
-            data = with_retries(attempt, waiting_on=f"a read of {self._what} {self._file}")
+            data = run_limits.paced(lambda: with_retries(attempt, waiting_on=f"a read of {self._what} {self._file}"),
+                                    f"{self._what} {self._file}")
         except OSError as ex:
             if access_denied(ex):
                 raise denied_error(ex, what=self._what, file=self._file) from None
@@ -416,7 +417,8 @@ def read_bytes(uri: str, *, what: str, file: str, max_bytes: int = READ_BYTES_LI
                                  f"{what} are read: is it the right file?", file=file)
     fs, path = filesystem(uri)
     try:
-        data = with_retries(lambda: fs.cat_file(path), waiting_on=f"a read of {what} {file}")
+        data = run_limits.paced(lambda: with_retries(lambda: fs.cat_file(path), waiting_on=f"a read of {what} {file}"),
+                                f"{what} {file}", run_limits.source_of(uri))
     except FileNotFoundError:
         raise LeRobotImportError("file_missing", f"{what} {file} does not exist (expected at {uri})",
                                  file=file) from None
@@ -460,6 +462,7 @@ def _read_local(path: str, *, what: str, file: str, max_bytes: int, follow_links
                                      f"of a {what} are read: is it the right file?", file=file)
         os.set_blocking(fd, True)
         chunks, total = [], 0
+        pace = run_limits.ReadPace(f"{what} {file}")  # a mount that trickles its bytes
         while total <= max_bytes:
             run_limits.check(f"a read of {what} {file}")
             chunk = os.read(fd, min(max_bytes + 1 - total, 1 << 20))
@@ -467,6 +470,7 @@ def _read_local(path: str, *, what: str, file: str, max_bytes: int, follow_links
                 break
             chunks.append(chunk)
             total += len(chunk)
+            pace.add(len(chunk))
     except OSError as ex:
         raise LeRobotImportError("io", f"cannot read {what} {file}: {ex.strerror or ex}", file=file) from None
     finally:
