@@ -59,10 +59,21 @@ def report_lines(report: CheckReport) -> list[str]:
     blocking = sorted(set(summary) & quality.LEROBOT_BLOCKING)
     if blocking:
         lines.append(f"  {quality.REFUSED} ({', '.join(blocking)})")
+    # Errors grouped by rule: the first in full (it names the file and the cause), then how many more and
+    # where; a missing camera folder is one cause, not a line per MP4 or episode (--json lists them all).
+    by_rule: dict[str, list] = {}
     for p in report.problems:
+        by_rule.setdefault(p.rule, []).append(p)
+    for rule, found in sorted(by_rule.items(), key=lambda kv: (-len(kv[1]), kv[0])):
+        p = found[0]
         where = ", ".join(x for x in (p.episodes_file, None if p.episode_index is None else f"episode "
                                       f"{p.episode_index}", p.file) if x)
-        lines.append(f"  error [{p.rule}] {where}: {p.message}")
+        lines.append(f"  error [{rule}] {where}: {p.message}")
+        if len(found) > 1:
+            files = list(dict.fromkeys(q.file or q.episodes_file or "(dataset)" for q in found[1:]))
+            more = f" (+{len(files) - SHOWN_PER_CHECK} more)" if len(files) > SHOWN_PER_CHECK else ""
+            lines.append(f"    ... and {len(found) - 1} more [{rule}] errors: {', '.join(files[:SHOWN_PER_CHECK])}"
+                         f"{more} (--json lists them all)")
     return lines
 
 

@@ -24,8 +24,9 @@ from pipelines.console import UsageError, add_verbosity_arguments
 PROG = "lerobot-import"
 
 DESCRIPTION = """\
-Import LeRobot v3 datasets as typed episode records: one row per episode, every frame feature typed
-as meta/info.json declares it, one clip per camera pointing into the dataset's own MP4.
+Import LeRobot v3.0 datasets, and v2.0 / v2.1 datasets as they are (no conversion first), as typed
+episode records: one row per episode, every frame feature typed as meta/info.json declares it, one clip
+per camera pointing into the dataset's own MP4.
 
 usage:
   lerobot-import --dataset ROOT --output OUT [import options] [Beam pipeline options]
@@ -48,8 +49,9 @@ exit status:
 EPILOG = """\
 output:
   A local run shows its progress: on a terminal a live line (episodes files committed, episodes and
-  frames read, data and MP4 bytes read, rate, time left), else a log line every 30 s. Beam's own
-  chatter and per-request HTTP logs are hidden; -v shows them, -q shows only errors and the summary.
+  frames read, data and MP4 bytes read, rate, time left), else a log line every 30 s, then the summary.
+  -v adds a line per episodes file, the run's metrics, Beam's warnings and per-request HTTP logs; -q
+  shows only errors and the summary.
 
 Beam pipeline options:
   Every other option is Apache Beam's and goes on the same command line: --runner (default

@@ -150,8 +150,8 @@ def add_verbosity_arguments(parser) -> None:
     parser.add_argument("-q", "--quiet", action="store_true",
                         help="Print only errors and the summary: no progress, no warnings.")
     parser.add_argument("-v", "--verbose", action="count", default=0,
-                        help="Also print each step's log lines and Beam's warnings; -vv prints every library's "
-                             "debug log too.")
+                        help="Also print a line per episodes file, the run's metrics, each step's log lines and "
+                             "Beam's warnings; -vv prints every library's debug log too.")
 
 
 def end_process(code) -> None:

@@ -129,7 +129,7 @@ def run(argv: Optional[Sequence[str]] = None, *, wait: bool = True, verbosity: i
     runners.use_dask_runner(options)
     problem = runners.runner_problem(options)
     if problem:  # before any lease or request: Beam would say it only once the pipeline is submitted
-        raise SystemExit(f"error: {problem}")
+        raise (console.UsageError if problem.usage else SystemExit)(f"error: {problem}")
     if runners.is_dry_run(options):
         return dry_run(options, import_options)
     from pipelines import progress
@@ -142,6 +142,9 @@ def run(argv: Optional[Sequence[str]] = None, *, wait: bool = True, verbosity: i
     run_limits.install(limits)  # for the command's own reads too (pins, listings of its targets)
     with run_limits.piece(limits, "check", "the datasets of the command line"):
         planned = run_targets(import_options, check=wait)
+        if wait:  # before any lease: a refused run writes nothing
+            from pipelines.output_checks import check_outputs
+            check_outputs(planned, import_options.output, force=import_options.force)
     config = config_from_options(import_options, run_id=uuid.uuid4().hex, started_at=writes.now_iso(),
                                  targets=planned, limits=limits)
     left_out = report.left_out_lines(planned)
@@ -175,8 +178,16 @@ def run(argv: Optional[Sequence[str]] = None, *, wait: bool = True, verbosity: i
             return run_control.stop_interrupted(config, ex.signum)
         except run_control.Stuck as ex:
             return run_control.stop_stuck(config, ex.error)
+        except Exception as ex:  # noqa: BLE001 - a remote runner's submission: one line, not its traceback
+            if local:
+                raise
+            from apache_beam.options.pipeline_options import StandardOptions
+            print(f"error: the job could not be run on {options.view_as(StandardOptions).runner}: "
+                  f"{runners.first_line(ex)}; check the project, region, temp_location and credentials "
+                  "(gcloud auth application-default login)")
+            return 1
         outcomes: dict[str, str] = {}
-        status = report.summarize(result, config, outcomes)
+        status = report.summarize(result, config, outcomes, metrics=verbosity >= 1)
         if planned.bulk:
             report.write_bulk_report(import_options.output, config, planned, targets, outcomes)
         lost = [keeper.lost for keeper in keepers.values() if keeper is not None and keeper.lost is not None]

@@ -88,7 +88,7 @@ class DatasetPlan:
     options: dict
     files: tuple[FilePlan, ...]
     mp4s_to_read: tuple[str, ...]  # MP4s whose MediaIndex would be read (used, and new, changed or unrecorded)
-    data_bytes_to_read: int  # sizes of the distinct data files the episodes files to import read from
+    data_bytes_to_read: int  # what the import would read of the data files the episodes files to import use
     output_ratio: float
     ratio_source: str  # "last import" | "default"
     video_versions: dict = dataclasses.field(default_factory=dict, compare=False, repr=False)
@@ -198,8 +198,12 @@ def plan_dataset(root: str, out: str, options: dict[str, Any], *, force: bool = 
     problem = scanned.info_problem
     if problem is None and not scanned.files:
         problem = "the dataset has no meta/episodes/*/*.parquet files"
+    # The import reads only the row groups its episodes lie in: an episodes file whose data files other
+    # files share (LeRobot's v3.0 layout) costs its episodes' share of them, not the files whole.
+    whole = sum(scanned.listing.size(d) for d in data_files)
+    spanned = sum(f.data_bytes for f in files if f.action == sources.IMPORT)
     return DatasetPlan(dataset=root, output=out, options=options, files=files, mp4s_to_read=mp4s,
-                       data_bytes_to_read=sum(scanned.listing.size(d) for d in data_files), output_ratio=ratio,
+                       data_bytes_to_read=min(whole, spanned) if spanned else whole, output_ratio=ratio,
                        ratio_source=ratio_source, video_versions=sources.video_versions(scanned.listing, used),
                        lease=_lease_holder(out), problem=problem, repairs=tuple(damage.notes()))
 

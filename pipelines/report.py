@@ -10,6 +10,7 @@ imported because another episode of its file failed (`file_failed`) are counted 
 from __future__ import annotations
 
 import json
+import re
 from typing import TYPE_CHECKING, Iterable, Optional
 
 if TYPE_CHECKING:
@@ -48,8 +49,9 @@ def left_out_lines(planned: RunTargets) -> list[str]:
     return lines
 
 
-def summarize(result, config: ImportConfig, outcomes: Optional[dict[str, str]] = None) -> int:
-    """Print each dataset's outcome (a failed one's findings grouped by rule, `pipelines.summary`) and the
+def summarize(result, config: ImportConfig, outcomes: Optional[dict[str, str]] = None, *,
+              metrics: bool = True) -> int:
+    """Print each dataset's outcome (a failed one's findings grouped by rule) and, with `metrics` (-v), the
     run's counters; 1 when any dataset failed. `outcomes` is filled in: root -> imported, failed, unchanged."""
     from apache_beam.metrics.metric import MetricsFilter
 
@@ -88,14 +90,17 @@ def summarize(result, config: ImportConfig, outcomes: Optional[dict[str, str]] =
             errors_uri = storage.join(out, "errors.jsonl")
             if shown < MAX_DATASETS:
                 shown += 1
+                left_out = episodes_left_out_line(doc)
+                if left_out:
+                    print(left_out)
                 for line in findings_lines(parse_errors(_read_errors(errors_uri)), errors_uri):
                     print(line)
             else:
                 print(f"  errors: {errors_uri}")
         if shown <= MAX_DATASETS:
-            for note in (doc.get("notes") or [])[:MAX_RULES]:
-                print(f"  note: {note}")
-    if counters:
+            for line in notes_lines(doc.get("notes") or []):
+                print(line)
+    if counters and metrics:
         print("metrics: " + ", ".join(f"{k}={v}" for k, v in sorted(counters.items())))
     return status
 
@@ -205,10 +210,11 @@ def findings_lines(rows: Iterable[dict], errors_uri: str, *, indent: str = "  ")
         where = f" in {_count(len(files_of), 'episodes file')}" if files_of else ""
         lines.append(f"{indent}{rule}: {_count(len(found), 'error')}{where}")
         lines.append(f"{indent}  {_cut(str(found[0].get('message', '')))}")
-        named = list(dict.fromkeys(str(r["file"]) for r in found if r.get("file")))
-        if named and (len(named) > 1 or named[0] not in lines[-1]):
+        # the files beyond the one the first message names: each file said once
+        named = [f for f in dict.fromkeys(str(r["file"]) for r in found if r.get("file")) if f not in lines[-1]]
+        if named:
             more = f" (+{len(named) - MAX_FILES} more)" if len(named) > MAX_FILES else ""
-            lines.append(f"{indent}  files: {', '.join(named[:MAX_FILES])}{more}")
+            lines.append(f"{indent}  also: {', '.join(named[:MAX_FILES])}{more}")
     if len(ordered) > MAX_RULES:
         rest = ordered[MAX_RULES:]
         lines.append(f"{indent}... and {_count(sum(len(f) for _, f in rest), 'error')} of "
@@ -224,3 +230,33 @@ def _cut(text: str) -> str:
     if len(text) <= MAX_MESSAGE_CHARS:
         return text
     return f"{text[:MAX_MESSAGE_CHARS]}… (cut here, the whole message is in errors.jsonl)"
+
+
+def episodes_left_out_line(doc: dict, *, indent: str = "  ") -> Optional[str]:
+    """How many episodes a v2.x dataset's imported groups left out (each failed alone, on its own missing or
+    broken files), or None when none did."""
+    left = [e for e in (doc.get("episodes_files") or {}).values()
+            if isinstance(e, dict) and e.get("status") == "imported" and e.get("episodes_failed")]
+    if not left:
+        return None
+    lost = sum(int(e["episodes_failed"]) for e in left)
+    written = sum(int(e.get("episodes_written") or 0) for e in left)
+    return (f"{indent}{_count(lost, 'episode')} not imported, each on its own missing or broken files (named in "
+            f"errors.jsonl); the other {_count(written, 'episode')} of {'its' if len(left) == 1 else 'their'} "
+            f"{_count(len(left), 'group')} imported")
+
+
+#: The note a dataset gets per camera whose MP4s are missing or unusable (`finish_datasets.skip_videos_notes`).
+_CAMERA_NOTE = re.compile(r"camera `(?P<camera>[^`]+)`: \d+ MP4 files? (is|are) missing or unusable .*--skip-videos")
+
+
+def notes_lines(notes: Iterable[str], *, indent: str = "  ") -> list[str]:
+    """A dataset's notes for the terminal: the per-camera notes of missing or unusable MP4s (whose files the
+    findings above name already) in one line with the way out, the others as they are."""
+    notes = list(notes)
+    cameras = [m.group("camera") for m in map(_CAMERA_NOTE.match, notes) if m]
+    lines = [f"{indent}note: {n}" for n in notes if not _CAMERA_NOTE.match(n)][:MAX_RULES]
+    if cameras:
+        lines.append(f"{indent}note: --skip-videos imports the dataset without its video features (MP4s of "
+                     f"{', '.join(f'`{c}`' for c in cameras)} missing or unusable, named above)")
+    return lines

@@ -39,11 +39,11 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from transforms.base import storage
-from transforms.output import safety, paths
+from transforms.output import journal, paths, safety
 from transforms.output.incremental import decide_run
 from transforms.base.errors import LeRobotImportError, quote
 from transforms.output.lease import LEASE_NAME
-from transforms.lerobot import sources
+from transforms.lerobot import sources, v2
 
 #: Files of an output that no manifest lists and that are not leftovers: the lease and its lock file.
 _RUN_FILES = (LEASE_NAME, LEASE_NAME + ".lock")
@@ -57,6 +57,8 @@ STALE_REASONS = {
     "sources changed": "its sources changed since it was imported (info.json, the episodes file, or a data file "
                        "or MP4 it references)",
     "failed last run": "its last import failed (errors.jsonl says why); the next run imports it again",
+    sources.EPISODES_FAILED_REASON: "some of its episodes failed last run (errors.jsonl names them); the next run "
+                                    "imports it again",
     "no recorded sources": "the manifest records no source fingerprint for it (an import that did not record "
                            "one): the next run imports it again",
     "gone": "no longer in the dataset; the next run removes its output",
@@ -73,8 +75,8 @@ class Problem:
     episodes file its path in the dataset)."""
 
     path: str
-    kind: str  # manifest | missing | size | checksum | unreadable | rows | unlisted | tmp | errors | stale |
-    #            would_fail | sources
+    kind: str  # manifest | interrupted | failed | missing | size | checksum | unreadable | rows | unlisted | tmp |
+    #            errors | stale | would_fail | sources
     message: str
 
     def __str__(self) -> str:
@@ -163,16 +165,81 @@ def verify_output(out: str, *, check_sources: bool = False) -> VerifyReport:
     with concurrent.futures.ThreadPoolExecutor(max_workers=CHECK_THREADS) as pool:
         index_checks = list(pool.map(lambda path: _check_media_index(out, path, records.get(path)), media_index))
     problems += [p for found in index_checks for p in found]
-    problems += _check_errors_file(out, manifest)
+    interrupted = manifest.get("status") == journal.INTERRUPTED
+    if interrupted:
+        problems.append(_interrupted_problem(out, manifest))
+    # errors.jsonl is written when a run finishes: a stopped run's output has none yet, and that is no damage.
+    if not interrupted or storage.exists(storage.join(out, paths.ERRORS)):
+        problems += _check_errors_file(out, manifest)
     listed = {c.path for c in checks} | set(media_index)
     problems += _check_listing(out, listed)
-    if check_sources:
+    if check_sources:  # which files failed last time, and whether they would again
         problems += stale_episodes_files(manifest)
+    else:
+        problems += _failed_imports(out, manifest, entries)
     dataset = manifest.get("dataset") if isinstance(manifest.get("dataset"), str) else None
     options = manifest.get("options") if isinstance(manifest.get("options"), dict) else None
     return VerifyReport(out, tuple(sorted(set(problems))), parts=len(checks),
                         checksums=sum(c.checksum for c in checks), media_index_files=len(media_index),
                         sources_checked=check_sources, dataset=dataset, options=options)
+
+
+def _interrupted_problem(out: str, manifest: dict) -> Problem:
+    """The manifest records a run that was stopped (Ctrl-C, SIGTERM, a deadline) before it finished."""
+    committed = sum(isinstance(e, dict) and e.get("status") in ("imported", "unchanged")
+                    for e in (manifest.get("episodes_files") or {}).values())
+    noun = "episodes file was" if committed == 1 else "episodes files were"
+    return Problem(paths.MANIFEST, "interrupted", f"the last import was interrupted before it finished: {committed} "
+                   f"{noun} committed and recorded, the rest of the dataset is not imported yet ({paths.ERRORS} "
+                   "is written when a run finishes)")
+
+
+#: errors.jsonl lines read to name the rules that failed an episodes file (its first lines say enough).
+_ERROR_LINES_READ = 10_000
+
+
+def _failed_imports(out: str, manifest: dict, entries: dict[str, dict]) -> list[Problem]:
+    """What the last import failed: an episodes file whose status is `failed` (its episodes are not in the
+    output), or the dataset as a whole (a manifest of status `failed` without any episodes file). The
+    files are sound, but the output does not hold the dataset: verify does not call that ok."""
+    failed = {rel: e for rel, e in entries.items() if e.get("status") == "failed"
+              or (e.get("status") == "imported" and _int(e.get("episodes_failed")))}
+    if not failed:
+        if manifest.get("status") == "failed" and not entries:
+            return [Problem(paths.MANIFEST, "failed", f"the last import failed as a whole, before any episodes file "
+                            f"was imported ({paths.ERRORS} says why)")]
+        return []
+    rules = _error_rules(out)
+    problems = []
+    for rel, entry in sorted(failed.items()):
+        episodes, lost = entry.get("episodes"), entry.get("episodes_failed")
+        count = f"{quote(lost)} of {quote(episodes)} episodes" if episodes is not None else "its episodes"
+        why = ", ".join(f"{rule} ({n})" for rule, n in sorted(rules.get(rel, {}).items()))
+        what = "its last import failed" if entry.get("status") == "failed" else "imported without some episodes"
+        problems.append(Problem(rel, "failed", f"{what}: {count} not in the output"
+                                + (f"; {paths.ERRORS}: {why}" if why else f" ({paths.ERRORS} says why)")
+                                + "; fix the cause, then run the import again"))
+    return problems
+
+
+def _error_rules(out: str) -> dict[str, dict[str, int]]:
+    """{episodes file: {rule: rows}} of the first lines of errors.jsonl (none when it cannot be read)."""
+    found: dict[str, dict[str, int]] = {}
+    try:
+        fs, full = storage.filesystem(safety.confined(out, paths.ERRORS, folder=None, what="errors file"))
+        with fs.open(full, "rb") as f:
+            for _, line in zip(range(_ERROR_LINES_READ), f):
+                try:
+                    row = json.loads(line)
+                except ValueError:
+                    continue
+                if isinstance(row, dict) and isinstance(row.get("episodes_file"), str):
+                    rules = found.setdefault(row["episodes_file"], {})
+                    rule = str(row.get("rule") or "?")
+                    rules[rule] = rules.get(rule, 0) + 1
+    except (OSError, LeRobotImportError):
+        return {}
+    return found
 
 
 def _read_manifest(out: str) -> tuple[Optional[dict], Optional[Problem]]:
@@ -351,9 +418,14 @@ def stale_episodes_files(manifest: dict) -> list[Problem]:
         return [Problem(paths.MANIFEST, "sources", f"the dataset {dataset} cannot be read: {ex}")]
     unreadable = scanned.unreadable()
     if unreadable is not None:  # the next run fails it and removes nothing: its files are not "gone"
-        return [Problem(paths.MANIFEST, "sources", f"the dataset {dataset} cannot be read ({unreadable}): moved, "
-                        "removed or not reachable with these credentials; the next run fails it and removes none "
-                        "of this output")]
+        if scanned.info_problem is not None and _exists(storage.join(dataset, "meta/info.json")):
+            # it is there, but its info.json is not one an import takes
+            return [Problem(paths.MANIFEST, "sources", f"the dataset {dataset} cannot be imported: "
+                            f"{scanned.info_problem}; the next run fails it and removes none of this output")]
+        where = ("moved or removed" if dataset.startswith("file://")
+                 else "moved, removed or not reachable with these credentials")
+        return [Problem(paths.MANIFEST, "sources", f"the dataset {dataset} cannot be read ({unreadable}): {where}; "
+                        "the next run fails it and removes none of this output")]
     problems = []
     if scanned.info_problem is not None:  # every episodes file fails on it: the dataset does, as a whole
         problems.append(Problem(paths.MANIFEST, "sources", f"the dataset {dataset} cannot be imported: "
@@ -371,8 +443,17 @@ def stale_episodes_files(manifest: dict) -> list[Problem]:
         failing = None if d.sources is None or scanned.info_problem else (
             d.sources.problem or sources.missing_source(d.sources, scanned.listing, dataset))
         if failing is not None:
-            problems.append(Problem(d.episodes_file, "would_fail", f"its next import would fail: {failing}"))
+            # a v2.x group: the episode whose own file this is fails alone, the others import
+            what = "would leave an episode out" if v2.is_group(d.episodes_file) else "would fail"
+            problems.append(Problem(d.episodes_file, "would_fail", f"its next import {what}: {failing}"))
     return problems
+
+
+def _exists(uri: str) -> bool:
+    try:
+        return storage.exists(uri)
+    except OSError:
+        return False
 
 
 #: Problems of a part or shard that the next import finds by sizes alone, and repairs (`damage.find_damage`).
@@ -398,9 +479,13 @@ def repair_command(report: VerifyReport, output: Optional[str] = None) -> Option
     unseen = {path for path, kinds in by_path.items() if path not in sized | summed and kinds & set(_FOUND_BY_NONE)}
     # A stale file that failed last time, or would fail, needs its cause fixed first: running again is no repair.
     failing = {p.path for p in report.problems if p.kind == "would_fail"}
-    stale = any(p.kind == "stale" and p.message != STALE_REASONS["failed last run"] and p.path not in failing
-                for p in report.problems)
-    if not (sized or summed or unseen or stale):
+    # Nor is it while the dataset as a whole cannot be imported (its info.json, its root).
+    stale = not any(p.kind == "sources" for p in report.problems) and any(
+        p.kind == "stale" and p.path not in failing
+        and p.message not in (STALE_REASONS["failed last run"], STALE_REASONS[sources.EPISODES_FAILED_REASON])
+        for p in report.problems)
+    interrupted = any(p.kind == "interrupted" for p in report.problems)
+    if not (sized or summed or unseen or stale or interrupted):
         return None
     words = ["lerobot-import", "--dataset", _shown_dataset(report.dataset), "--output", output or report.output]
     words += _option_words(report.options)
@@ -412,10 +497,14 @@ def repair_command(report: VerifyReport, output: Optional[str] = None) -> Option
         what = "it re-imports the damaged files (--verify-output: a damage of the same size shows only in the sha256)"
     elif sized:
         what = "it re-imports the damaged files"
-    else:
+    elif stale:
         what = "it imports the stale episodes files"
+    else:
+        what = "it finishes the interrupted import (the committed episodes files are kept, not read again)"
     if stale and (sized or summed) and not unseen:
         what += " and the stale episodes files"
+    if interrupted and (sized or summed or stale) and not unseen:
+        what += ", and finishes the interrupted import"
     return f"repair: run `{' '.join(shlex.quote(w) for w in words)}` again: {what}"
 
 

@@ -114,14 +114,15 @@ def run_python(code: str, *, timeout: int = 120, env: Optional[dict] = None, uns
     return proc.stdout.splitlines()
 
 
-def run_import(dataset, output, *extra: str) -> int:
-    """Run the import pipeline in-process on FnApiRunner (never Prism, never the network)."""
+def run_import(dataset, output, *extra: str, verbosity: int = 1) -> int:
+    """Run the import pipeline in-process on FnApiRunner (never Prism, never the network); at -v by default,
+    so its `metrics:` line is printed (verbosity=0: the default terminal output)."""
     from pipelines.import_lerobot import run
     datasets = dataset if isinstance(dataset, (list, tuple)) else [dataset]  # [] with --datasets in extra
     argv = [a for d in datasets for a in ("--dataset", str(d))] + ["--output", str(output)]
     if not any(a.startswith("--runner") for a in extra):
         argv += ["--runner", "FnApiRunner"]
-    return run(argv + list(extra))
+    return run(argv + list(extra), verbosity=verbosity)
 
 
 def read_errors(output: Path) -> list[dict]:

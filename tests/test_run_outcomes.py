@@ -71,9 +71,8 @@ def test_failure_cause_is_on_the_terminal_and_rows_stay_true(tmp_path, capsys):
         f"    {first['message']}",
         "  file_failed: 2 more episodes not imported only because another episode of their episodes file failed",
         f"  every row: file://{out}/errors.jsonl (4 rows)",
-        "  note: camera `observation.images.top`: 1 MP4 file is missing or unusable (file_missing; first: "
-        f"{MISSING}), so the episodes using them were not imported; --skip-videos imports the dataset without "
-        "its video features"]
+        "  note: --skip-videos imports the dataset without its video features (MP4s of `observation.images.top` "
+        "missing or unusable, named above)"]
     assert first["message"] == (
         f"[file_missing] dataset file://{root}, episodes file meta/episodes/chunk-000/file-001.parquet, episode 3, "
         f"file {MISSING}: video file {MISSING} does not exist (expected at file://{root}/{MISSING})")
@@ -146,10 +145,11 @@ def test_dataflow_without_beams_cloud_libraries_names_the_extra_before_any_lease
     assert not out.exists()
 
 
-def test_dataflow_without_its_options_is_one_line_before_any_lease(tmp_path):
+def test_dataflow_without_its_options_is_one_line_before_any_lease(tmp_path, capsys):
     out = tmp_path / "out"
     with pytest.raises(SystemExit) as raised:
         cli.main(["--dataset", str(SAMPLE), "--output", str(out), "--runner", "Dataflow"])
-    assert str(raised.value) == ("error: --runner Dataflow needs --project, --region, --temp_location (e.g. --project "
-                                 "PROJECT --region us-central1 --temp_location gs://BUCKET/tmp)")
+    assert raised.value.code == 2  # a wrong command line
+    assert capsys.readouterr().err == ("error: --runner Dataflow needs --project, --region, --temp_location (e.g. "
+                                       "--project PROJECT --region us-central1 --temp_location gs://BUCKET/tmp)\n")
     assert not out.exists()  # no lease was taken, nothing written

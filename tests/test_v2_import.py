@@ -145,11 +145,12 @@ def _set_index(root: Path, ep: int, edit) -> None:
     pq.write_table(table.set_column(table.column_names.index("index"), "index", index), _data_file(root, ep))
 
 
-def test_each_broken_group_fails_alone_with_its_rule(h264, tmp_path):
-    """One import, one cause per group: each group fails with its own rule, naming its file and episode,
-    and chunk-000, whose `index` values do not follow the running sum (as in a published subset of a
-    longer recording: they start past 0 and skip the episodes left out), imports: each data file is its
-    episode."""
+def test_each_broken_episode_fails_alone_with_its_rule(h264, tmp_path, capsys):
+    """One import, one broken episode per group: each fails alone with its own rule, naming its file and
+    episode, and the other episode of its group imports (in v2.x every episode has its own files); the
+    summary says how many were left out. chunk-000, whose `index` values do not follow the running sum
+    (as in a published subset of a longer recording: they start past 0 and skip the episodes left out),
+    imports: each data file is its episode."""
     for ep in (0, 1):
         _set_index(h264, ep, lambda index, ep=ep: index + 1000 + 37 * ep)
     table = pq.read_table(_data_file(h264, 3))
@@ -176,11 +177,16 @@ def test_each_broken_group_fails_alone_with_its_rule(h264, tmp_path):
     assert errors["meta/episodes.jsonl:chunk-001"][3] == (
         "episode 3's data file holds 13 frames, but meta/episodes.jsonl gives it length 14; a v2.x data file holds "
         "its episode's frames and no others: fix the episode's `length` line or its data file")
-    assert sorted(e["episode_index"] for e in read_errors(out) if e["rule"] == "file_failed") == [2, 5, 7, 8]
+    assert not [e for e in read_errors(out) if e["rule"] == "file_failed"]
     manifest = read_manifest(out)
-    assert {rel: e["status"] for rel, e in manifest["episodes_files"].items()} == {
-        "meta/episodes.jsonl:chunk-000": "imported",
-        **{f"meta/episodes.jsonl:chunk-{c:03d}": "failed" for c in (1, 2, 3, 4)}}
+    assert {rel: (e["status"], e["episodes_written"], e["episodes_failed"])
+            for rel, e in manifest["episodes_files"].items()} == {
+        "meta/episodes.jsonl:chunk-000": ("imported", 2, 0),
+        **{f"meta/episodes.jsonl:chunk-{c:03d}": ("imported", 1, 1) for c in (1, 2, 3, 4)}}
+    assert (manifest["totals"]["episodes_written"], manifest["totals"]["episodes_failed"]) == (6, 4)
+    assert sorted(_episodes(out).column("episode_index").to_pylist()) == [0, 1, 2, 5, 7, 8]
+    assert ("  4 episodes not imported, each on its own missing or broken files (named in errors.jsonl); the other "
+            "4 episodes of their 4 groups imported") in capsys.readouterr().out.splitlines()
     frames = _episodes(out).column("frames")
     assert [f["index"] for f in frames[0].as_py()[:2]] == [1000, 1001]
     assert [f["index"] for f in frames[1].as_py()[:1]] == [1000 + 37 + 8]

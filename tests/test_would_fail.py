@@ -71,7 +71,11 @@ def test_a_dataset_refused_as_a_whole_fails_plan_and_verify_sources(dataset, tmp
     assert verify.run([str(out), "--sources"]) == 1
     lines = capsys.readouterr().out.splitlines()
     assert lines[1] == f"  manifest.json: [sources] the dataset file://{dataset} cannot be imported: {refused}"
-    assert verify.run([str(out)]) == 0  # the output itself is as its manifest says
+    # The output's files are as its manifest says, but it does not hold the dataset: no `ok`.
+    assert verify.run([str(out)]) == 1
+    assert capsys.readouterr().out.splitlines()[1] == (
+        f"  {EPISODES}: [failed] its last import failed: 4 of 4 episodes not in the output; errors.jsonl: "
+        "file_failed (4), path_template (1); fix the cause, then run the import again")
 
 
 @pytest.mark.parametrize("template", [BAD_TEMPLATE, None])

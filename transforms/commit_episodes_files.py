@@ -97,10 +97,11 @@ def commit_file(config: ImportConfig, root: str, rel: str, results: Sequence[Par
                             entry=entry)
     if outcome.status == "failed":
         primary = [f for f in outcome.failures if f.rule != "file_failed"] or list(outcome.failures)
-        _LOG.warning("episodes file %s of %s failed: %s", rel, root, primary[0].message)
+        # per file: -v shows it; by default the summary says it once, grouped by rule
+        _LOG.debug("episodes file %s of %s failed: %s", rel, root, primary[0].message)
     else:
-        _LOG.info("episodes file %s of %s imported: %d episodes, %d frames, %d parts", rel, root,
-                  outcome.episodes, outcome.frames, len(outcome.parts))
+        _LOG.debug("episodes file %s of %s imported: %d episodes, %d frames, %d parts", rel, root,
+                   outcome.episodes_written, outcome.frames, len(outcome.parts))
     return CommittedFile(outcome, checked)
 
 

@@ -105,8 +105,8 @@ class _FinishDataset(_DatasetWriter):
                     raise
                 self._unfinished(root, ex)
                 return
-            for note in doc["notes"]:
-                _LOG.warning("%s: %s", root, note)
+            for note in doc["notes"]:  # the summary prints them (-v: here too, as they are found)
+                _LOG.debug("%s: %s", root, note)
             written = self._write(root, doc, failures)
         if written is not None:
             yield written

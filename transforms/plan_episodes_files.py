@@ -16,6 +16,7 @@ from transforms.episode.outcomes import failed_file
 from transforms.episode.quirks import ClipSpan
 from transforms.lerobot import data_files, layouts
 from transforms.lerobot import episodes_files as episodes_metadata
+from transforms.lerobot.dataset import check_dataset
 from transforms.lerobot.depth import is_depth
 from transforms.lerobot.info import DatasetInfo
 from transforms.messages import (ClipUse, DatasetReport, FileCounts, FileInputs, PartHeader, PartInputs,
@@ -105,6 +106,9 @@ class _PlanEpisodesFile(ImportDoFn):
         info = None
         try:
             info = load_info(root, skip_videos=self._config.skip_videos)
+            if layout.sized_by_footers and info.is_v2:
+                # an episodes file of a dataset whose info.json says v2.x: its layout is what is wrong
+                check_dataset(root, skip_videos=self._config.skip_videos)
             rows = list(read) if read is not None else layout.read_rows(root, rel, info)
             for f, size in layout.data_file_sizes(root, rows).items():
                 self._sizes.setdefault((root, f), size)

@@ -15,7 +15,7 @@ import logging
 import sys
 from collections import OrderedDict
 from concurrent import futures
-from typing import Iterable, Iterator, Optional
+from typing import Iterable, Iterator, Optional, Sequence
 
 import apache_beam as beam
 from apache_beam.transforms.window import GlobalWindows
@@ -29,7 +29,7 @@ from transforms.episode import frames as frames_lib
 from transforms.output import journal, paths
 from transforms.episode.outcomes import PartResult
 from transforms.base.errors import FailureRecord, LeRobotImportError
-from transforms.lerobot import data_files
+from transforms.lerobot import data_files, layouts
 from transforms.lerobot.info import DatasetInfo
 from transforms.messages import (FileInputs, ImportConfig, PartHeader,
                                  PartInputs, error_record, internal_record, load_info)
@@ -178,7 +178,7 @@ class _WriteParts(ImportDoFn):
         try:
             with self._piece(pending.key):
                 try:
-                    written = self._write(pending.header, *pending.data.result(), pending.frames)
+                    written = self._write(pending.header, *pending.data.result(), pending.frames, pending.dropped)
                 except LeRobotImportError as ex:  # a full disk, a read-only output: the part fails by that rule
                     written = _failed_part(pending.header, [error_record(ex, dataset=root, episodes_file=rel)])
                 else:
@@ -232,11 +232,23 @@ class _WriteParts(ImportDoFn):
         """Read and type one part, then check its frames while its Parquet bytes are encoded; a failed
         part's result instead."""
         root, rel, part = key
-        header = _header(inputs, part, rel)
+        header = planned = _header(inputs, part, rel)
+        dropped: tuple[FailureRecord, ...] = ()
         if inputs.failures:
-            return (root, rel), _failed_part(header, inputs.failures)
+            header, dropped, failures = drop_failed_episodes(header, inputs.failures)
+            if failures:
+                return (root, rel), _failed_part(planned, inputs.failures)
         info = load_info(root, skip_videos=self._config.skip_videos)
         frames, errors = self._read_frames(root, info, header.rows)
+        if errors:
+            records = [error_record(e, dataset=root, episodes_file=rel) for e in errors]
+            kept, more, failures = drop_failed_episodes(header, records)
+            if failures:
+                failed = _failed_part(planned, records + list(dropped))
+                return (root, rel), dataclasses.replace(failed, findings=tuple(self._check_remains(
+                    root, rel, info, header, frames)))
+            header, dropped, errors = kept, dropped + more, []
+            frames = {r.position: frames[r.position] for r in header.rows}
         if not errors:
             try:
                 table = writes.part_table(info, header.rows, [frames[r.position] for r in header.rows],
@@ -245,13 +257,32 @@ class _WriteParts(ImportDoFn):
             except LeRobotImportError as ex:  # a clip time that does not fit, found while typing the clips
                 errors = [ex.with_context(file=rel)]
         if errors:
-            return (root, rel), _failed_part(header, [error_record(e, dataset=root, episodes_file=rel) for e in errors])
+            failed = _failed_part(planned, [error_record(e, dataset=root, episodes_file=rel) for e in errors]
+                                  + list(dropped))
+            return (root, rel), dataclasses.replace(failed, findings=tuple(self._check_remains(root, rel, info,
+                                                                                                header, frames)))
         data = self._encoder.submit(_encoded, table)  # encoded (and hashed) while the frames are checked
         del table
         findings = self._check(root, rel, info, header, frames, inputs.mp4s)
         n_frames = sum(len(f) for f in frames.values())
         return _Encoding(key=key, inputs=inputs, header=header, frames=n_frames, findings=tuple(findings),
-                         data=data)
+                         data=data, dropped=dropped)
+
+    def _check_remains(self, root: str, rel: str, info: DatasetInfo, header: PartHeader, frames: dict) -> list:
+        """The quality findings a failed part's episodes still give (`check_what_remains`): reported with
+        the error, so a missing column does not hide, say, timestamps off the frame grid."""
+        from transforms.quality.dataset import check_what_remains
+        if root not in self._tasks:
+            self._tasks[root] = quality.ordered_tasks(root)
+        typed = [r for r in header.rows if r.position in frames]
+        try:
+            found = quality.check_part(root, rel, info, typed, frames, tasks=self._tasks[root],
+                                       data_columns=self._columns)
+            return found + check_what_remains(root, rel, info, [r for r in header.rows if r.position not in frames],
+                                              self._reads, tasks=self._tasks[root])
+        except (LeRobotImportError, OSError) as ex:  # the part fails with its own error anyway
+            _LOG.debug("the quality checks of failed part %s of %s: %s", header.plan.part, rel, ex)
+            return []
 
     def _check(self, root: str, rel: str, info: DatasetInfo, header: PartHeader, frames: dict,
                mp4s) -> list:
@@ -290,7 +321,8 @@ class _WriteParts(ImportDoFn):
         self._counters["data_read_requests"].inc(self._reads.requests - before[1])
         return frames, errors
 
-    def _write(self, header: PartHeader, data: bytes, sha256: str, n_frames: int) -> FileInputs:
+    def _write(self, header: PartHeader, data: bytes, sha256: str, n_frames: int,
+               dropped: tuple[FailureRecord, ...] = ()) -> FileInputs:
         final = storage.join(self._config.output_of(header.dataset),
                              paths.output_part_path(header.episodes_file, header.plan.part, header.num_parts))
         with stopping.output_work():
@@ -299,7 +331,7 @@ class _WriteParts(ImportDoFn):
         self._counters["frames"].inc(n_frames)
         self._counters["parts_written"].inc()
         self._counters["output_bytes"].inc(len(data))
-        return _part_result(header, tmp_uri=tmp, frames=n_frames, bytes=len(data), sha256=sha256)
+        return _part_result(header, tmp_uri=tmp, frames=n_frames, bytes=len(data), sha256=sha256, dropped=dropped)
 
 
 def _encoded(table) -> tuple[bytes, str]:
@@ -317,6 +349,7 @@ class _Encoding:
     frames: int
     findings: tuple
     data: futures.Future
+    dropped: tuple = ()  # v2.x: the failures of the episodes left out of the part
 
 
 def _strict_error(findings) -> bool:
@@ -328,7 +361,8 @@ def part_record(result: PartResult, findings) -> dict:
     return {"part": result.part, "num_parts": result.num_parts, "episode_indices": list(result.episode_indices),
             "tmp_uri": result.tmp_uri, "frames": result.frames, "bytes": result.bytes,
             "data_bytes": result.data_bytes, "oversized": result.oversized, "sha256": result.sha256,
-            "findings": [dataclasses.asdict(f) for f in findings]}
+            "findings": [dataclasses.asdict(f) for f in findings],
+            "dropped": [f.to_json_dict() for f in result.dropped]}
 
 
 def part_from_record(root: str, rel: str, record: dict) -> PartResult:
@@ -336,7 +370,36 @@ def part_from_record(root: str, rel: str, record: dict) -> PartResult:
     return PartResult(dataset=root, episodes_file=rel, part=int(record["part"]), num_parts=int(record["num_parts"]),
                       episode_indices=tuple(int(e) for e in record["episode_indices"]), tmp_uri=record["tmp_uri"],
                       frames=int(record["frames"]), bytes=int(record["bytes"]), data_bytes=int(record["data_bytes"]),
-                      oversized=bool(record["oversized"]), sha256=str(record["sha256"]))
+                      oversized=bool(record["oversized"]), sha256=str(record["sha256"]),
+                      dropped=tuple(FailureRecord(**f) for f in record.get("dropped") or ()))
+
+
+def drop_failed_episodes(header: PartHeader, failures: Sequence[FailureRecord]
+                         ) -> tuple[PartHeader, tuple[FailureRecord, ...], list[FailureRecord]]:
+    """(the part without the episodes whose own files failed, their failures, the failures that fail the part).
+
+    In a v2.x group every episode has its own data file and MP4s: a failure naming one of them is that
+    episode's alone, and the rest of its part (and group) imports without it. A failure of anything else
+    (or of a v3.0 episodes file, whose files episodes share) fails the part as before: nothing is dropped.
+    A part left without episodes is written empty, so that the group's other parts keep their places.
+    """
+    if layouts.layout_of(header.episodes_file).sized_by_footers:  # episodes share their data files and MP4s
+        return header, (), list(failures)
+    owner: dict[str, int] = {}
+    for row in header.rows:
+        for file in (row.data_file, *(clip.file for clip in row.videos)):
+            owner[file] = row.position
+    by_position = {r.position: r for r in header.rows}
+    lost: dict[int, list[FailureRecord]] = {}
+    for f in failures:
+        position = owner.get(f.file or "")
+        if position is None:
+            return header, (), list(failures)
+        ep = by_position[position].episode_index
+        lost.setdefault(position, []).append(f if f.episode_index == ep else dataclasses.replace(f, episode_index=ep))
+    kept = tuple(r for r in header.rows if r.position not in lost)
+    dropped = tuple(f for fs in lost.values() for f in fs)
+    return dataclasses.replace(header, rows=kept), dropped, []
 
 
 def _header(inputs: PartInputs, part: int, rel: str) -> PartHeader:

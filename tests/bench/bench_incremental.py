@@ -226,7 +226,7 @@ def append(full: Path, before: Path, files: Sequence[Path]) -> None:
 def timed_import(root: Path, out: Path) -> tuple[float, dict[str, int]]:
     """Wall time of one import (a fresh process, Beam's start-up included) and its metrics."""
     cmd = [sys.executable, "-m", "pipelines.import_lerobot", "--dataset", str(root), "--output", str(out),
-           "--runner", "FnApiRunner"]
+           "--runner", "FnApiRunner", "-v"]  # -v: the metrics line
     start = time.perf_counter()
     proc = subprocess.run(cmd, capture_output=True, text=True, cwd=Path(__file__).resolve().parents[2])
     wall = time.perf_counter() - start

@@ -37,7 +37,7 @@ LINE = re.compile(r"interrupted by SIGINT: (\d+) episodes files? committed befor
 
 def _command(dataset: str, out: Path) -> list[str]:
     return [sys.executable, "-m", "pipelines.import_lerobot", "--dataset", dataset, "--output", str(out),
-            "--runner", "FnApiRunner", "-q"]
+            "--runner", "FnApiRunner", "-v"]  # -v: the metrics line (logs go to stderr)
 
 
 def _env() -> dict:

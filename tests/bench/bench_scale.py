@@ -164,7 +164,7 @@ def measure(cmd: list[str], *, poll: float = 0.05, cwd: Optional[Path] = None) -
 
 def import_cmd(root: Path, out: Path, workers: int, *extra: str) -> list[str]:
     cmd = [sys.executable, "-m", "pipelines.import_lerobot", "--dataset", str(root), "--output", str(out),
-           "--runner", "FnApiRunner", *extra]
+           "--runner", "FnApiRunner", "-v", *extra]  # -v: the metrics line
     if workers > 1:
         cmd += ["--direct_num_workers", str(workers), "--direct_running_mode", "multi_processing"]
     return cmd

@@ -362,7 +362,20 @@ def _hub():
                                  f"{INSTALL_HINT}") from None
     _count_library_retries()
     _guard_listings()
+    _one_terminal_handler()
     return huggingface_hub
+
+
+def _one_terminal_handler() -> None:
+    """huggingface_hub writes its log lines to stderr with a handler of its own and also passes them on:
+    where the process's logging has a handler (the command's), each line would print twice. The library's
+    own is removed there; a program without one keeps it."""
+    if not logging.getLogger().handlers:
+        return
+    library = logging.getLogger("huggingface_hub")
+    for handler in list(library.handlers):
+        if type(handler) is logging.StreamHandler:
+            library.removeHandler(handler)
 
 
 # ---- listings --------------------------------------------------------------------------------------
@@ -400,9 +413,7 @@ def guarded_pages(path: str, params: Any, headers: dict, timeout: Optional[float
     Raises:
         LeRobotImportError: rule `io` when a next page points to another origin, or a bound is passed.
     """
-    from huggingface_hub.utils import http_backoff
-
-    get = get or (lambda url, **kw: http_backoff("GET", url, **kw))
+    get = get or _get_page
     limits = run_limits.current()
     max_pages, max_items = limits.hub_list_max_pages, limits.hub_list_max_items
     key = (limits.run_id, path, repr(sorted(dict(params or {}).items())), max_pages, max_items)
@@ -476,6 +487,23 @@ def _bounded_pages(path: str, params: Any, headers: dict, timeout: Optional[floa
             return
         run_limits.check(f"page {pages + 1:,} of the Hub's listing {path}")
         response = get(following, headers=headers, timeout=timeout)
+
+
+def _get_page(url: str, **kwargs: Any) -> Any:
+    """One page of a listing, asked once first: an error no retry helps (no network, a host name that does
+    not resolve, offline mode) ends the listing at once, where huggingface_hub's backoff would wait about
+    25 s through its five retries; a transient one gets that backoff."""
+    from huggingface_hub.utils import http_backoff
+
+    try:
+        return http_backoff("GET", url, max_retries=0, **kwargs)
+    except Exception as ex:  # noqa: BLE001 - only a transient error is asked again
+        if not is_transient(ex):
+            raise
+        _RETRIES.add()  # the page is asked again: a retry, counted as the library's own are
+        _LOG.warning("the Hub answered %s for a listing page; retrying it with backoff",
+                     _status(ex) or type(ex).__name__)
+    return http_backoff("GET", url, **kwargs)
 
 
 def _guarded_paginate(path: str, params: Any, headers: dict, timeout: Optional[float] = None) -> Any:

@@ -44,6 +44,9 @@ class PartResult:
     oversized: bool = False
     failures: tuple[FailureRecord, ...] = ()
     sha256: str = ""
+    #: v2.x: episodes left out of the written part because their own files are missing or broken (each
+    #: failure names its episode); the part and its episodes file still import.
+    dropped: tuple[FailureRecord, ...] = ()
 
 
 @dataclasses.dataclass(frozen=True)

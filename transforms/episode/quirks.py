@@ -75,8 +75,13 @@ def _frames(seconds: float, fps: float) -> str:
 
 def clip_end_warnings(dataset: str, episodes_file: str, rows: Sequence[EpisodeRow],
                       fps: Optional[float]) -> list[WarningRecord]:
-    """A `clip_end_short` warning per camera clip that ends more than half a frame before its episode's
-    last frame ends.
+    """One `clip_end_short` warning per camera of an episodes file whose clips end more than half a frame
+    before their episode's last frame ends, with how many do (on real data it is every episode, by the
+    same frame: a warning each would bury the others).
+
+    What it says is what holds: the declared clip end is short, but no frame is lost. Readers (this
+    import's and LeRobot's) find each frame at from_timestamp + timestamp and read an episode's frames
+    past to_timestamp (`transforms.reader.seek`); only a reader that stops at to_timestamp would miss them.
 
     Args:
         dataset: the dataset root URI.
@@ -86,19 +91,33 @@ def clip_end_warnings(dataset: str, episodes_file: str, rows: Sequence[EpisodeRo
     """
     if not fps or fps <= 0:
         return []
-    out = []
+    short_clips: dict[str, list[tuple[EpisodeRow, Any, float]]] = {}
+    clips_of: dict[str, int] = {}
     for row in rows:
         for clip in row.videos:
-            expected = clip.from_timestamp + row.length / fps
-            short = expected - clip.to_timestamp
-            if short <= 0.5 / fps + _EPSILON:
-                continue
-            out.append(WarningRecord(
-                dataset, episodes_file, row.episode_index, clip.file, "clip_end_short",
-                f"{short:.6g} s ({_frames(short, fps)})",
-                f"episode {row.episode_index}: camera `{clip.key}` clip ends at {clip.to_timestamp:.6g} s, "
-                f"{short:.6g} s ({_frames(short, fps)}) before its last frame ends ({clip.from_timestamp:.6g} + "
-                f"{row.length} / {fps:g} = {expected:.6g} s); the last frame's time lies outside the clip"))
+            clips_of[clip.key] = clips_of.get(clip.key, 0) + 1
+            short = clip.from_timestamp + row.length / fps - clip.to_timestamp
+            if short > 0.5 / fps + _EPSILON:
+                short_clips.setdefault(clip.key, []).append((row, clip, short))
+    out = []
+    for key, found in short_clips.items():
+        row, clip, short = found[0]
+        frames = {_frames(s, fps) for _, _, s in found}
+        most = max(s for _, _, s in found)
+        by = (f"{short:.6g} s ({_frames(short, fps)})" if len(frames) == 1
+              else f"up to {most:.6g} s ({_frames(most, fps)})")
+        expected = clip.from_timestamp + row.length / fps
+        one_frame = frames == {"1 frame"}
+        why = (" (to_timestamp = from_timestamp + (length - 1) / fps: the last frame's start, not its end)"
+               if one_frame else "")
+        episodes = "every episode" if len(found) == clips_of[key] else f"{len(found)} of {clips_of[key]} episodes"
+        out.append(WarningRecord(
+            dataset, episodes_file, row.episode_index, clip.file, "clip_end_short", by,
+            f"camera `{key}`: the clips of {episodes} end {by} before the episode's last frame ends{why}; "
+            f"first: episode {row.episode_index} ends its clip at {clip.to_timestamp:.6g} s, its frames at "
+            f"{clip.from_timestamp:.6g} + {row.length} / {fps:g} = {expected:.6g} s. No frame is lost: readers find "
+            "each frame at from_timestamp + timestamp and read the episode's frames past to_timestamp; only a "
+            "reader that stops at to_timestamp would miss them"))
     return out
 
 

@@ -13,6 +13,7 @@ git-LFS pointers recognised, sizes bounded).
 from __future__ import annotations
 
 import dataclasses
+import json
 import posixpath
 import re
 from typing import Optional
@@ -73,7 +74,7 @@ def v2_groups(root: str, info: DatasetInfo) -> tuple[str, ...]:
             raise
         names = {v2.EPISODES_JSONL: False, META_EPISODES_DIR: storage.is_dir(storage.join(root, META_EPISODES_DIR))}
         raise LeRobotImportError("codebase_version", f"the dataset is not laid out as LeRobot {info.codebase_version}: "
-                                 f"{v2.layout_problem(root, names)}", file=v2.EPISODES_JSONL) from None
+                                 f"{v2.layout_problem(root, names, info)}", file=v2.EPISODES_JSONL) from None
     if not len(episodes):
         raise LeRobotImportError("episodes_file", f"{v2.EPISODES_JSONL} lists no episodes", file=v2.EPISODES_JSONL)
     return tuple(episodes.groups(info.chunks_size))
@@ -241,6 +242,23 @@ def _no_episodes_files(root: str) -> LeRobotImportError:
         if loose:
             message += (f"; {META_EPISODES_DIR}/{loose[0]} lies directly in {META_EPISODES_DIR}/, where no episodes "
                         f"file is read: move it into a chunk folder ({META_EPISODES_DIR}/chunk-000/)")
+        elif storage.exists(storage.join(root, f"{META_EPISODES_DIR}.parquet")):
+            message += (f"; {META_EPISODES_DIR}.parquet lies in meta/, where no episodes file is read: move it to "
+                        f"{META_EPISODES_DIR}/chunk-000/file-000.parquet")
+        elif _declared_episodes(root) == 0:
+            message += ("; its info.json declares 0 episodes (`total_episodes`): a recording that saved no episode "
+                        "(LeRobot writes info.json when a recording starts, the episodes as each one is saved)")
         else:
             message += " (LeRobot writes meta/episodes/chunk-000/file-000.parquet first)"
     return LeRobotImportError("episodes_file", message, file=META_EPISODES_DIR)
+
+
+def _declared_episodes(root: str) -> Optional[int]:
+    """info.json's `total_episodes`, or None when it cannot be read (only a hint depends on it)."""
+    try:
+        raw = storage.optional_read(storage.join(root, INFO_PATH), what="info.json", file=INFO_PATH,
+                                    max_bytes=INFO_JSON_MAX_BYTES)
+        value = json.loads(raw).get("total_episodes") if raw else None
+    except (OSError, LeRobotImportError, ValueError, AttributeError, RecursionError):
+        return None
+    return value if isinstance(value, int) and not isinstance(value, bool) else None

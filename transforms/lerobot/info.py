@@ -133,8 +133,8 @@ class PathTemplate:
         for name, spec in _PLACEHOLDER.findall(self.template):
             if name not in self.allowed:
                 raise LeRobotImportError("path_template", f"info.json `{self.key}` {shown} names unknown "
-                                         f"placeholder `{shorten(name, 40)}`; allowed: {', '.join(self.allowed)}",
-                                         file=INFO_PATH)
+                                         f"placeholder `{shorten(name, 40)}`; allowed: {', '.join(self.allowed)}"
+                                         + self._version_hint(name), file=INFO_PATH)
             if spec and not _FORMAT_SPEC.match(spec):
                 raise LeRobotImportError("path_template", f"info.json `{self.key}` {shown} uses format "
                                          f"`{shorten(spec, 40)}` for `{name}`; only integer formats such as "
@@ -146,6 +146,16 @@ class PathTemplate:
                                          f"digits; at most {TEMPLATE_MAX_WIDTH} are allowed (LeRobot writes `03d`)",
                                          file=INFO_PATH)
         check_relative_path(self.template, what=f"info.json `{self.key}`")
+
+    def _version_hint(self, name: str) -> str:
+        """For a v3.0 template naming v2.x's `episode_chunk`/`episode_index`: both ways to an import."""
+        if name not in ("episode_chunk", "episode_index") or "chunk_index" not in self.allowed:
+            return ""
+        v3 = ("data/chunk-{chunk_index:03d}/file-{file_index:03d}.parquet" if self.key == "data_path" else
+              "videos/{video_key}/chunk-{chunk_index:03d}/file-{file_index:03d}.mp4")
+        return (f". `{name}` is v2.x's: if the files are v3.0 (a data file per chunk and file, listed in "
+                f"meta/episodes/), set `{self.key}` to {json.dumps(v3)}; if they are v2.x (one data file and one MP4 "
+                "per episode, listed in meta/episodes.jsonl), set codebase_version to \"v2.1\"")
 
     def render(self, **values: Any) -> str:
         """The path relative to the dataset root; rejects results that would leave the root."""
@@ -285,6 +295,10 @@ def _json_object(raw: bytes) -> dict:
     if len(raw) > INFO_JSON_MAX_BYTES:
         raise LeRobotImportError("limit", f"meta/info.json is {len(raw):,} bytes; an info.json has at most "
                                  f"{INFO_JSON_MAX_BYTES:,} (real ones have a few kilobytes)", file=INFO_PATH)
+    if not raw.strip():  # "not JSON" would send the user looking for a syntax error in a file with nothing in it
+        raise LeRobotImportError("info_json", f"meta/info.json is empty ({len(raw)} bytes): a copy or download that "
+                                 "did not finish, or a recording that stopped before writing it; restore it from the "
+                                 "dataset's source", file=INFO_PATH)
     try:
         doc = json.loads(raw.decode("utf-8"))
     except UnicodeDecodeError as ex:

@@ -93,7 +93,8 @@ class V2Groups(Layout):
         return v2.group_episode_indices(root, info, unit)
 
     def data_file_sizes(self, root: str, rows: Sequence[EpisodeRow]) -> Mapping[str, int]:
-        return v2.listed_sizes(root, rows)
+        # an episode's own data file not there (0 bytes here) fails that episode alone, when it is read
+        return {**{row.data_file: 0 for row in rows}, **v2.listed_sizes(root, rows)}
 
     def output_stem(self, unit: str) -> str:
         return v2.group_output_stem(unit)

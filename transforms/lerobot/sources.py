@@ -201,10 +201,22 @@ def missing_source(src: EpisodesFileSources, listing: SourceListing, root: str) 
     for rel in src.video_files:
         if listing.get(rel) is None:
             return LeRobotImportError("file_missing", f"video file {rel} does not exist (expected at "
-                                      f"{storage.join(root, rel)}), so the episodes using it cannot be imported "
-                                      "with their clips; --skip-videos imports the dataset without its video "
-                                      "features", file=rel)
+                                      f"{storage.join(root, rel)}){_misplaced(root, rel, src.video_files)}, so the "
+                                      "episodes using it cannot be imported with their clips; --skip-videos imports "
+                                      "the dataset without its video features", file=rel)
     return None
+
+
+def _misplaced(root: str, rel: str, videos: Sequence[str]) -> str:
+    """Where a missing MP4 is, as the import's own message says it (`hints`): the other cameras' folders
+    (the second folder of the other MP4s' paths) are never taken for it."""
+    from transforms.lerobot import hints
+    own = rel.split("/")
+    others = {v.split("/")[1] for v in videos if v.count("/") > 1} - set(own)
+    try:
+        return hints.misplaced_hint(root, rel, other_cameras=others)
+    except (OSError, LeRobotImportError):
+        return ""
 
 
 def basis_digest(listing: SourceListing, info: Optional[str], episodes_file: str,
@@ -253,8 +265,14 @@ class DatasetSources:
         listed), else None. An import fails such a dataset whole and removes none of its output, so
         its episodes files are not "gone"."""
         if self.info is not None and self.info.is_v2:
-            return None if self.files else (self.info_problem or f"its {v2.EPISODES_JSONL} cannot be read or lists "
-                                            "no episodes")
+            if self.files or self.info_problem:
+                return self.info_problem
+            from transforms.lerobot.dataset import v2_groups  # the import's own words for why (its layout...)
+            try:
+                v2_groups(self.root, self.info)
+            except LeRobotImportError as ex:
+                return str(ex)
+            return f"its {v2.EPISODES_JSONL} cannot be read or lists no episodes"
         if self.listing.episodes_files():
             return None
         return self.info_problem or "it lists no meta/episodes/*/*.parquet file"
@@ -400,7 +418,8 @@ class EpisodesFileDecision:
 
     episodes_file: str
     action: str  # IMPORT | UNCHANGED | REMOVED
-    reason: str  # new | sources changed | failed last run | no recorded sources | forced | unchanged | gone
+    reason: str  # new | sources changed | failed last run | episodes failed last run | no recorded sources |
+    #              forced | unchanged | gone
     sources: Optional[EpisodesFileSources]  # None for a removed file
     previous: Optional[Mapping[str, Any]] = dataclasses.field(default=None, compare=False, repr=False)
 
@@ -446,6 +465,11 @@ def decide(current: Sequence[EpisodesFileSources], previous_manifest: Optional[M
     return tuple(sorted(decisions, key=lambda d: d.episodes_file))
 
 
+#: Why a v2.x group imported without some episodes is imported again: errors.jsonl keeps naming them, and
+#: each run tries them again (their files may be there now).
+EPISODES_FAILED_REASON = "episodes failed last run"
+
+
 def _action(src: EpisodesFileSources, prev: Optional[Mapping], force: bool) -> tuple[str, str]:
     if prev is None or prev.get("status") == "removed":
         return IMPORT, "new"
@@ -459,6 +483,8 @@ def _action(src: EpisodesFileSources, prev: Optional[Mapping], force: bool) -> t
         return IMPORT, DAMAGED_REASON
     if prev.get("status") not in GOOD_STATUSES:
         return IMPORT, "failed last run"
+    if prev.get("episodes_failed"):  # a v2.x group imported without the episodes whose own files failed
+        return IMPORT, EPISODES_FAILED_REASON
     return UNCHANGED, "unchanged"
 
 

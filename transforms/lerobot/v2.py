@@ -360,14 +360,28 @@ def _tasks_error(number: int, what: str) -> LeRobotImportError:
                               "line: {\"task_index\": 0, \"task\": \"...\"}", file=TASKS_JSONL)
 
 
-def layout_problem(root: str, names: Mapping[str, bool]) -> Optional[str]:
+#: v3.0's path templates, as LeRobot writes them.
+V3_DATA_PATH = "data/chunk-{chunk_index:03d}/file-{file_index:03d}.parquet"
+V3_VIDEO_PATH = "videos/{video_key}/chunk-{chunk_index:03d}/file-{file_index:03d}.mp4"
+
+
+def layout_problem(root: str, names: Mapping[str, bool], info: Optional[DatasetInfo] = None) -> Optional[str]:
     """Why a dataset whose info.json says v2.x is not laid out as v2.x, or None. `names` says which of
-    meta/episodes.jsonl and meta/episodes/ exist."""
+    meta/episodes.jsonl and meta/episodes/ exist. The advice is one that leads to an import: a template
+    that still places files by episode (v2.x's placeholders) is named with the v3.0 value to give it."""
     if names.get(EPISODES_JSONL):
         return None
     if names.get("meta/episodes"):
-        return ("its info.json says v2.x, but it has no meta/episodes.jsonl and has meta/episodes/, the v3.0 "
-                "layout: set codebase_version to \"v3.0\" in meta/info.json (with v3.0's data_path and "
-                "video_path) if the files are v3.0")
+        fix = ['set codebase_version to "v3.0"']
+        for template, v3 in ((info.data_path if info else None, V3_DATA_PATH),
+                             (info.video_path if info and info.video_features else None, V3_VIDEO_PATH)):
+            if template is not None and any(f"{{{name}" in template.template
+                                            for name in ("episode_chunk", "episode_index")):
+                fix.append(f"{template.key} to {json.dumps(v3)} (its {quote(shorten(template.template, 120))} places "
+                           "files by episode, as v2.x does)")
+        if len(fix) == 1:
+            fix[0] += " (its data_path and video_path already place files by chunk and file, as v3.0 does)"
+        return ("its info.json says v2.x, but it has no meta/episodes.jsonl and has meta/episodes/, the v3.0 layout: "
+                f"if the files are v3.0, in meta/info.json {', and '.join(fix)}")
     return (f"its info.json says v2.x, but it has no {EPISODES_JSONL}, where a v2.x dataset lists its episodes "
             "(one JSON object per line): is the dataset complete?")

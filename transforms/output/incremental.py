@@ -106,8 +106,8 @@ def up_to_date(root: str, source: dataset_fingerprint.Fingerprint, previous: Opt
         return False
     if previous.get("media_index") and previous.get("media_index_layout") != paths.MEDIA_INDEX_LAYOUT:
         return False  # an output of an older media_index/ layout is imported again once
-    _LOG.info("%s is unchanged since its import of %s: skipped (--force redoes it)", root,
-              previous.get("finished_at"))
+    _LOG.debug("%s is unchanged since its import of %s: skipped (--force redoes it)", root,
+               previous.get("finished_at"))
     return True
 
 
@@ -142,7 +142,7 @@ def decide(root: str, previous: Optional[dict], options: Mapping[str, Any], *, i
         entry = {"run_id": previous.get("run_id"), **d.previous}  # one without was written by that run
         kept.append(KeptFile(d.episodes_file, d.action == sources.REMOVED, json.dumps(entry)))
     if kept:
-        _LOG.info("%s: %d episodes files unchanged or removed since the last import", root, len(kept))
+        _LOG.debug("%s: %d episodes files unchanged or removed since the last import", root, len(kept))
     carried = tuple((rel, media.tokens[rel]) for rel in sorted(media.carried))
     read = {f.episodes_file: f.rows for f in scanned.files
             if f.rows is not None and f.problem is None and layouts.layout_of(f.episodes_file).sized_by_footers}

@@ -203,13 +203,24 @@ class _LocalStore:
     def _locked(self, *, create: bool = True) -> Iterator[None]:
         if create:
             os.makedirs(os.path.dirname(self.path), exist_ok=True)
-        try:
-            fd = os.open(self.lock_path, (os.O_CREAT if create else 0) | os.O_RDWR | os.O_NOFOLLOW, 0o644)
-        except FileNotFoundError:  # no lease was ever taken here: nothing to wait for
-            yield
-            return
-        try:
+        while True:
+            try:
+                fd = os.open(self.lock_path, (os.O_CREAT if create else 0) | os.O_RDWR | os.O_NOFOLLOW, 0o644)
+            except FileNotFoundError:  # no lease is held here: nothing to wait for
+                yield
+                return
             fcntl.flock(fd, fcntl.LOCK_EX)
+            # The release removes the lock file (an output keeps no file of a run that ended): a flock taken
+            # on a file removed meanwhile guards nothing, so the lock is taken again on the current one.
+            try:
+                current = os.stat(self.lock_path, follow_symlinks=False)
+            except FileNotFoundError:
+                current = None
+            mine = os.fstat(fd)
+            if current is not None and (current.st_ino, current.st_dev) == (mine.st_ino, mine.st_dev):
+                break
+            os.close(fd)
+        try:
             yield
         finally:
             os.close(fd)  # closing drops the flock
@@ -226,17 +237,22 @@ class _LocalStore:
 
     def create(self, data: bytes) -> str:
         with self._locked():
-            # FileExistsError when held; never through a link (a dangling one would create its target)
-            fd = os.open(self.path, os.O_CREAT | os.O_EXCL | os.O_WRONLY | os.O_NOFOLLOW, 0o644)
+            # Written whole under a temporary name, then linked to the lease's name: the link fails with
+            # FileExistsError when held, and a reader that takes no lock (there is no lock file before the
+            # first lease, nor after a release) never sees a lease half written.
+            tmp = f"{self.path}{storage.TMP_MARK}{uuid.uuid4().hex}"
+            fd = os.open(tmp, os.O_CREAT | os.O_EXCL | os.O_WRONLY | os.O_NOFOLLOW, 0o644)
             try:
-                if os.write(fd, data) != len(data):
-                    raise OSError(errno.ENOSPC, "short write")
-                os.fsync(fd)
-            except BaseException:
-                os.close(fd)
-                os.unlink(self.path)  # a failed write (a full disk) leaves no empty lease behind
-                raise
-            os.close(fd)
+                try:
+                    if os.write(fd, data) != len(data):
+                        raise OSError(errno.ENOSPC, "short write")
+                    os.fsync(fd)
+                finally:
+                    os.close(fd)
+                os.link(tmp, self.path, follow_symlinks=False)  # never through a link at the lease's name
+            finally:
+                with contextlib.suppress(OSError):
+                    os.unlink(tmp)  # a failed write (a full disk) leaves nothing behind
         return _sha256(data)
 
     def replace(self, data: bytes, token: str) -> str:
@@ -265,6 +281,9 @@ class _LocalStore:
             if current[1] != token:
                 raise _Conflict()
             os.unlink(self.path)
+            # No lease, no lock file: a run waiting on this one's flock finds the file gone and locks anew.
+            with contextlib.suppress(OSError):
+                os.unlink(self.lock_path)
 
 
 _MEMORY_LOCK = threading.Lock()

@@ -134,23 +134,30 @@ def commit_episodes_file(out_root: str, dataset: str, episodes_file: str, result
     expected = results[0].num_parts if results else 0
     episode_indices = tuple(ep for r in results for ep in r.episode_indices)
     failures = [f for r in results for f in r.failures] + list(extra_failures)
+    # v2.x episodes left out of their parts (their own files missing or broken): errors of an imported file
+    dropped = tuple(sorted({f for r in results for f in r.dropped}, key=FailureRecord.sort_key))
+    lost = tuple(dict.fromkeys(f.episode_index for f in dropped))
     if not failures and [r.part for r in results] != list(range(expected)):
         failures.append(LeRobotImportError(
             "accounting", f"expected parts 0..{expected - 1}, got {[r.part for r in results]}, please report it",
             dataset=dataset, episodes_file=episodes_file, file=episodes_file).to_record())
     if failures:
         discard_episodes_file(out_root, episodes_file, results)
-        return failed_file(dataset, episodes_file, episode_indices, failures)
+        return failed_file(dataset, episodes_file, episode_indices + lost, failures + list(dropped))
     written = [paths.output_part_path(episodes_file, r.part, expected) for r in results]
     for r, path in zip(results, written):
         storage.commit(r.tmp_uri, storage.join(out_root, path))
     for uri in stale_outputs(out_root, episodes_file, keep=written) + leftover_tmps(out_root, episodes_file):
         storage.remove(uri)
     notes = tuple(f"part {r.part} holds one episode ({r.episode_indices[0]}) whose frames take about {r.data_bytes} "
-                  "bytes of data, over the part limit" for r in results if r.oversized)
+                  "bytes of data, over the part limit" for r in results if r.oversized and r.episode_indices)
     part_files = tuple(PartFile(path, r.bytes, len(r.episode_indices), r.sha256) for r, path in zip(results, written))
+    if lost:
+        notes += (f"{len(lost)} of its {len(episode_indices) + len(lost)} episodes not imported: their own files are "
+                  f"missing or broken ({paths.ERRORS} names each); the others imported",)
     return FileOutcome(dataset=dataset, episodes_file=episodes_file, status="imported", parts=tuple(written),
-                       episodes=len(episode_indices), episodes_written=len(episode_indices),
+                       episodes=len(episode_indices) + len(lost), episodes_written=len(episode_indices),
+                       episodes_failed=len(lost), failures=dropped,
                        frames=sum(r.frames for r in results), bytes=sum(r.bytes for r in results),
                        data_bytes=sum(r.data_bytes for r in results), notes=notes, part_files=part_files)
 
@@ -186,7 +193,7 @@ def _totals(outcomes: Sequence[FileOutcome], dataset_failures: int, warnings: in
         "episodes_files_removed": sum(o.status == "removed" for o in outcomes),
         "episodes": sum(o.episodes for o in outcomes),
         "episodes_written": sum(o.episodes_written for o in outcomes),
-        "episodes_failed": sum(o.episodes_failed for o in outcomes if o.status == "failed"),
+        "episodes_failed": sum(o.episodes_failed for o in outcomes if o.status in ("failed", "imported")),
         "frames": sum(o.frames for o in outcomes),
         "bytes": sum(o.bytes for o in outcomes),
         "errors": sum(len(o.failures) for o in outcomes) + dataset_failures,

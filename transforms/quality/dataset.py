@@ -98,7 +98,8 @@ def check_dataset_quality(root: str, *, strict: frozenset[str] = frozenset(), sk
         mp4s = sorted({c.file for _, rows, _ in planned for r in rows or () for c in r.videos})
         codecs = {f.name: f.video_codec for f in info.video_features}
         cameras = {c.file: c.key for _, rows, _ in planned for r in rows or () for c in r.videos}
-        times = dict(zip(mp4s, pool.map(lambda f: _mp4_times(uri, f, codecs.get(cameras[f])), mp4s)))
+        others = frozenset(cameras.values())
+        times = dict(zip(mp4s, pool.map(lambda f: _mp4_times(uri, f, codecs.get(cameras[f]), others), mp4s)))
         results = list(pool.map(lambda p: _check_file(uri, p, info, full_info, tasks, times, counter), planned))
     findings = task_findings + [f for r in results for f in r.findings]
     problems = [p for r in results for p in r.problems]
@@ -122,7 +123,8 @@ def _rows(root: str, rel: str, info: DatasetInfo):
         return rel, None, Problem(rel, ex.episode_index, ex.file or rel, ex.rule, ex.message)
 
 
-def _mp4_times(root: str, rel: str, codec: Optional[str]) -> tuple[Optional[tuple], str]:
+def _mp4_times(root: str, rel: str, codec: Optional[str],
+               cameras: frozenset = frozenset()) -> tuple[Optional[tuple], str]:
     """((sample times, own fps) of an MP4, or None; why it could not be read, or "")."""
     if codec not in INDEXED_CODECS:
         return None, ""  # the import does not index this codec either: the camera is not checked
@@ -132,12 +134,22 @@ def _mp4_times(root: str, rel: str, codec: Optional[str]) -> tuple[Optional[tupl
         fs, path = storage.filesystem(uri)
         result = media_index.read_media_index(fs, path, uri=uri, declared=codec)
         return presentation_times(result.index), ""
-    except FileNotFoundError:
-        return None, f"video file {rel} does not exist"
+    except FileNotFoundError:  # where it is, when a folder on its path has another name (`video/`)
+        return None, f"video file {rel} does not exist{_misplaced(root, rel, cameras)}"
     except LeRobotImportError as ex:
-        return None, f"[{ex.rule}] {ex.message}"
+        hint = _misplaced(root, rel, cameras) if ex.rule == "file_missing" else ""
+        return None, f"[{ex.rule}] {ex.message}{hint}"
     except mp4_arrow.InvalidMediaIndex as ex:
         return None, f"the MediaIndex of {rel} is not usable: {ex}"
+
+
+def _misplaced(root: str, rel: str, cameras: frozenset) -> str:
+    from transforms.lerobot import hints
+    parts = rel.split("/")
+    try:
+        return hints.misplaced_hint(root, rel, other_cameras=cameras - set(parts))
+    except (OSError, LeRobotImportError):
+        return ""
 
 
 def _check_file(root: str, planned, info: DatasetInfo, declared: DatasetInfo, tasks: Optional[Sequence[str]],
@@ -165,8 +177,60 @@ def _check_file(root: str, planned, info: DatasetInfo, declared: DatasetInfo, ta
     samples = _windows(rows, times, info.fps)
     findings = check_part(root, rel, info, rows, frames, tasks=tasks, samples=samples, data_columns=columns,
                           declared=declared)
+    stopped = [r for r in rows if r.position not in frames]
+    if stopped:  # what a structural error leaves checkable (a column missing: the others still are)
+        findings += check_what_remains(root, rel, info, stopped, counter, tasks=tasks, samples=samples,
+                                       declared=declared)
     return _FileResult(tuple(findings), tuple(problems), (len(rows), sum(r.length for r in rows)),
                        tuple(r.episode_index for r in rows))
+
+
+def without_missing_columns(info: DatasetInfo, columns: Sequence[str]) -> Optional[DatasetInfo]:
+    """`info` without the frame features a data file lacks (its cameras kept), or None when it lacks none."""
+    present = set(columns)
+    kept = tuple(f for f in info.features if f.kind == "video" or f.name in present)
+    return None if len(kept) == len(info.features) else dataclasses.replace(info, features=kept)
+
+
+def check_what_remains(root: str, rel: str, info: DatasetInfo, rows: Sequence, counter: storage.ReadCounter, *,
+                       tasks: Optional[Sequence[str]] = None, samples=None, strict: frozenset[str] = frozenset(),
+                       declared: Optional[DatasetInfo] = None) -> list[Finding]:
+    """The quality findings of episodes a structural error stopped, as far as they can still be checked: the
+    episodes of a data file that lacks a declared column are typed again with the columns it has, and
+    checked on those (their timestamps, their other features), so one missing column does not hide the
+    rest (an error that no missing column explains leaves them unchecked, as before)."""
+    found: list[Finding] = []
+    by_file: dict[str, list] = {}
+    for row in rows:
+        by_file.setdefault(row.data_file, []).append(row)
+    for data_file, episodes in by_file.items():
+        columns = _columns_of(root, data_file)
+        reduced = without_missing_columns(info, columns) if columns else None
+        if reduced is None or not reduced.frame_features:
+            continue
+        frames = {}
+        reader = data_files.DataFileReader(root, data_file, reduced, counter)
+        try:
+            for batch in reader.read([(r.position, r) for r in episodes]):
+                for position, _, result in frames_lib.typed_frames(batch, reduced):
+                    if not isinstance(result, LeRobotImportError):
+                        frames[position] = result
+        finally:
+            reader.close()
+        found += check_part(root, rel, reduced, episodes, frames, tasks=tasks, samples=samples,
+                            data_columns={data_file: columns}, strict=strict, declared=declared or info)
+    return found
+
+
+def _columns_of(root: str, data_file: str) -> tuple[str, ...]:
+    """The columns a data file's footer names; () when it cannot be read (its own error says why)."""
+    import pyarrow.parquet as pq
+    try:
+        fs, path = storage.filesystem(storage.dataset_file(root, data_file))
+        with fs.open(path, "rb") as f:
+            return tuple(pq.ParquetFile(f).schema_arrow.names)
+    except Exception:  # noqa: BLE001 - any cause: the episodes stay as unchecked as before
+        return ()
 
 
 def _windows(rows: Iterable, times: dict, fps: Optional[float]) -> dict[str, SampleTimes]:

@@ -789,6 +789,18 @@ class ImportedFrames(_Dataset):
 
     # -- items ---------------------------------------------------------------------------------
 
+    def _moved_hint(self, message: str) -> str:
+        """When an MP4 is not where the import found it and the dataset root itself is gone: the dataset moved,
+        and `dataset_root=` reads it where it is now."""
+        if self.moved_to is not None or not self.dataset_root or "does not exist" not in message:
+            return ""
+        try:
+            gone = not storage.exists(storage.join(self.dataset_root, "meta/info.json"))
+        except (OSError, LeRobotImportError):
+            return ""
+        return (f"; the dataset {self.dataset_root} the import read is not there any more: if it moved, "
+                "ImportedFrames(..., dataset_root=<where it is now>) reads it from there") if gone else ""
+
     def _where(self, i: int, prep: _Prepared, pos: int) -> str:
         return f"item {i} (episode {prep.episode_index}, frame {pos}) of the import at {self.root}"
 
@@ -807,7 +819,7 @@ class ImportedFrames(_Dataset):
             else:
                 frames = self._gops.frames(h.uri, h.track, samples[rows], firsts[rows])
         except ReaderError as ex:
-            raise FramesError(f"{where}, camera {camera}: {ex}") from None
+            raise FramesError(f"{where}, camera {camera}: {ex}{self._moved_hint(str(ex))}") from None
         first = frames[0]
         spec = self.depth.get(camera)
         if spec is None and first.dtype == np.uint16:  # an import older than depth in the schema: ask info.json

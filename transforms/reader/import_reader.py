@@ -213,6 +213,22 @@ def _manifest_of(doc: Any, root: str, uri: str) -> _Manifest:
                      run_id)
 
 
+def _not_an_import(root: str) -> str:
+    """Why `root` is no import's output, with the next step: a LeRobot dataset is imported first; a folder
+    that is not there is named so."""
+    what = f"{root} has no {paths.MANIFEST} and no episode parts under {paths.EPISODES_DIR}/"
+    try:
+        if storage.exists(storage.join(root, "meta/info.json")):
+            shown = root[len("file://"):] if root.startswith("file://") else root
+            return (f"{root} is a LeRobot dataset (it has meta/info.json), not an import's output: import it first, "
+                    f"`lerobot-import --dataset {shown} --output OUT`, then read OUT")
+        if not storage.exists(root):
+            return f"{root} does not exist: give the --output folder of an import"
+    except (OSError, LeRobotImportError):
+        pass
+    return f"{what}: is it an import's output folder?"
+
+
 def _listed_parquet(folder: str) -> list[str]:
     return [u for u in storage.list_files(folder, suffix=".parquet") if not u.rsplit("/", 1)[-1].startswith(".")]
 
@@ -477,8 +493,7 @@ class ImportReader:
             self.parts = _listed_parquet(storage.join(self.root, paths.EPISODES_DIR))
             index_files = _listed_parquet(storage.join(self.root, paths.MEDIA_INDEX_DIR))
             if not self.parts:
-                raise ReaderError(f"{self.root} has no {paths.MANIFEST} and no episode parts under "
-                                  f"{paths.EPISODES_DIR}/: is it an import's output folder?")
+                raise ReaderError(_not_an_import(self.root))
             manifest = _Manifest(tuple(self.parts), tuple(index_files), None, False)
         self.parts = list(manifest.parts)
         if allowed_roots is None:
