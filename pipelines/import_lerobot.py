@@ -387,7 +387,7 @@ def _keep_committed(root: str, out: str, options: dict, run_id: str, signal_name
     from transforms.episode import journal, output_state, paths
     from transforms.episode import output as sink
 
-    records, uris = journal.read_records(out, options)
+    records, uris = journal.read_records(out, options, dataset=root)
     for tmp in journal.leftover_temporaries(out):
         storage.remove(tmp)
     if not records:
@@ -400,6 +400,7 @@ def _keep_committed(root: str, out: str, options: dict, run_id: str, signal_name
                         note=f"interrupted by {signal_name} at {sink.now_iso()}: the {files} episodes files it had "
                              "committed are recorded; the next run imports the rest")
     doc["finished_at"] = sink.now_iso()
+    output_state.check_manifest(doc, out)  # every record was checked; the manifest as a whole is, as it is read
     storage.write_atomic(storage.join(out, paths.MANIFEST), sink.manifest_bytes(doc))
     journal.clear(out, uris)
     return files

@@ -168,6 +168,7 @@ class _CheckDataset(beam.DoFn):
         if (source is not None and not self._config.force and not damage
                 and self._up_to_date(root, source, previous)):
             self._skipped.inc()
+            self._sweep_journal(root)
             return
         previous = output_damage.without_damage(previous, damage)
         notes = tuple(damage.notes())
@@ -214,7 +215,7 @@ class _CheckDataset(beam.DoFn):
         if not isinstance(previous, dict) or previous.get("options") != self._config.output_options():
             previous = None
         # What an interrupted or killed run committed after its last manifest (its journal) is folded in.
-        records, _ = journal.read_records(self._config.output_of(root), self._config.output_options())
+        records, _ = journal.read_records(self._config.output_of(root), self._config.output_options(), dataset=root)
         previous = journal.fold(previous, records, dataset=root, options=self._config.output_options())
         if previous is None:
             return None
@@ -268,6 +269,17 @@ class _CheckDataset(beam.DoFn):
         read = {f.episodes_file: f.rows for f in scanned.files
                 if f.rows is not None and f.problem is None and not v2.is_group(f.episodes_file)}
         return report, frozenset(k.episodes_file for k in kept), media, read
+
+    def _sweep_journal(self, root: str) -> None:
+        """An output found up to date holds no commit its manifest lacks (one would have made the fold
+        `interrupted`): whatever a dead run left in its journal (part records, claims, records of other
+        options or datasets, forged ones) is removed in one sweep, as a finished run removes its own."""
+        out = self._config.output_of(root)
+        own = storage.join(out, f"{journal.PROGRESS_DIR}/{self._config.run_id}/")
+        try:
+            journal.clear(out, [u for u in journal.record_uris(out) if not u.startswith(own)])
+        except (OSError, LeRobotImportError) as ex:  # they stay, for a later run to remove
+            _LOG.warning("%s: could not clear the output's journal: %s", root, ex)
 
     def _up_to_date(self, root: str, source: dataset_fingerprint.Fingerprint, previous: Optional[dict]) -> bool:
         if previous is None or not dataset_fingerprint.up_to_date(previous, source, self._config.output_options()):

@@ -465,8 +465,8 @@ def commit_file(config: ImportConfig, root: str, rel: str, results: Sequence[Par
                   "episode_ranges": [list(r) for r in quality.index_ranges(indices)]}
         entry = {**sink.file_entry(outcome, source, config.run_id),
                  "quality": {"checks": json.loads(checked.checks_json), "table": table, "listed": listed}}
-        journal.record_file(out, run_id=config.run_id, options=config.output_options(), episodes_file=rel,
-                            entry=entry)
+        journal.record_file(out, run_id=config.run_id, options=config.output_options(), dataset=root,
+                            episodes_file=rel, entry=entry)
     if outcome.status == "failed":
         primary = [f for f in outcome.failures if f.rule != "file_failed"] or list(outcome.failures)
         _LOG.warning("episodes file %s of %s failed: %s", rel, root, primary[0].message)
@@ -550,7 +550,10 @@ class _DatasetWriter(beam.DoFn):
                 if ex.rule not in UNFINISHED_RULES:
                     raise
                 return self._unfinished(root, ex)
-            journal.clear(out, journal.record_uris(out))  # the manifest now holds what they recorded
+            try:  # the manifest now holds what they recorded
+                journal.clear(out, journal.record_uris(out))
+            except (OSError, LeRobotImportError) as ex:  # they stay, and the next run folds what is written
+                _LOG.warning("%s: could not clear the output's journal: %s", root, ex)
         self._counters["errors"].inc(doc["totals"]["errors"])
         self._counters["warnings"].inc(doc["totals"]["warnings"])
         self._counters["datasets_imported" if doc["status"] == "imported" else "datasets_failed"].inc()
