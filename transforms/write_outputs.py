@@ -569,8 +569,9 @@ class _DatasetWriter(beam.DoFn):
         return None
 
 
-#: Why a dataset's manifest may not be written, named instead of an `internal` error.
-UNFINISHED_RULES = ("disk_full", "output_not_writable")
+#: Why a dataset's manifest may not be written, named instead of an `internal` error: a full disk, a
+#: read-only output, or the finish phase's deadline passed (writing it then would only run past it again).
+UNFINISHED_RULES = ("disk_full", "output_not_writable", "deadline")
 
 
 class _FinishDataset(_DatasetWriter):
@@ -599,7 +600,9 @@ class _FinishAfterBug(_DatasetWriter):
     @in_phase("finish", lambda bad: f"dataset {bad[0][0]}")
     def process(self, bad) -> Iterator[dict]:
         (root, reports), exc_info = bad
-        named = rule_of_repr(exc_info[0], str(exc_info[1]))
+        error = exc_info[1]
+        named = ((error.rule, str(error)) if isinstance(error, LeRobotImportError)
+                 else rule_of_repr(exc_info[0], str(error)))
         if named is not None and named[0] in UNFINISHED_RULES:
             self._unfinished(root, LeRobotImportError(named[0], named[1].split("] ", 1)[-1]))
             return
