@@ -15,6 +15,7 @@ import atexit
 import difflib
 import os
 import re
+import signal
 import sys
 import threading
 from importlib import metadata
@@ -221,6 +222,13 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
     from pipelines import console
 
     argv = list(sys.argv[1:] if argv is None else argv)
+    with console.kept_streams():  # a terminal that cannot be written loses the text, never the import
+        _main(argv)
+
+
+def _main(argv: list[str]) -> None:
+    from pipelines import console
+
     try:
         verbosity, argv = split_verbosity(argv)
         sub = argv[0] if argv[:1] in (["render"], ["verify"], ["plan"], ["check"]) else None
@@ -242,10 +250,18 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
         if sub == "check":
             from pipelines import check
             sys.exit(check.run(argv[1:]))
-        check_arguments(argv)
-        from pipelines import import_lerobot
-        status = import_lerobot.run(argv, verbosity=verbosity)
-        if status in import_lerobot.INTERRUPTED_STATUS:
+        from pipelines import interrupts
+        with interrupts.handling():  # from here on, Ctrl-C is one line and exit 130, never a traceback
+            try:
+                check_arguments(argv)
+                from pipelines import import_lerobot
+                status = import_lerobot.run(argv, verbosity=verbosity)
+            except interrupts.Interrupted as ex:
+                interrupts.handled()
+                print(f"interrupted by {interrupts.name(ex.signum)} before the import started: nothing was written "
+                      "and no lease taken")
+                status = interrupts.status(ex.signum)
+        if status in (interrupts.status(s) for s in interrupts.SIGNALS):
             sys.stdout.flush()
             sys.stderr.flush()
             os._exit(status)  # the pipeline's threads are stopped, not waited for
@@ -261,20 +277,38 @@ def end_process(code) -> None:
     them) and the output is flushed, but the modules and objects a run loaded are not taken apart one by
     one, which costs a process that ran a Beam pipeline a few tenths of a second after its work is done.
     For the process's own command only: a caller that goes on after the command must not use it."""
+    met: list[int] = []
+    for s in (signal.SIGINT, signal.SIGTERM):  # met while the process ends: said once it has, never cut short
+        signal.signal(s, lambda signum, _frame: met.append(signum))
     if code is None:
         status = 0
     elif isinstance(code, int):
         status = code
     else:
-        print(code, file=sys.stderr)
+        _say(str(code), sys.stderr)
         status = 1
     for thread in threading.enumerate():
         if thread is not threading.current_thread() and not thread.daemon:
             thread.join()
     atexit._run_exitfuncs()
-    sys.stdout.flush()
-    sys.stderr.flush()
+    if met and status not in (128 + signal.SIGINT, 128 + signal.SIGTERM):
+        _say(f"interrupted by {signal.Signals(met[0]).name} after the command ended: its outcome is as printed "
+             "above", sys.stdout)
+        status = 128 + met[0]
+    for stream in (sys.stdout, sys.stderr):
+        _say("", stream)
     os._exit(status)
+
+
+def _say(line: str, stream) -> None:
+    """Write a line (none when empty) and flush; a stream that cannot be written (closed, a full disk)
+    loses it: the status says how the command ended."""
+    try:
+        if line:
+            print(line, file=stream)
+        stream.flush()
+    except (OSError, ValueError, AttributeError):
+        pass
 
 
 def _names_dataflow(argv: Sequence[str]) -> bool:

@@ -128,3 +128,78 @@ def release_terminal() -> None:
 def locked() -> threading.Lock:
     """The lock log records are written under (the live line writes under it too)."""
     return _LOCK
+
+
+# ---- a terminal that cannot be written -----------------------------------------------------------
+
+
+class _KeptStream:
+    """stdout or stderr of the command, whose writes never fail it: a closed terminal, a pipe whose reader
+    left, a log file on a full disk lose the text, not the import. The first failure is kept (`lost`)."""
+
+    def __init__(self, stream, name: str) -> None:
+        self._stream = stream
+        self.name = name
+        self.lost: Optional[str] = None if stream is not None else "it was closed when the command started"
+
+    def _failed(self, ex: BaseException) -> None:
+        if self.lost is None:
+            self.lost = str(ex) or type(ex).__name__
+
+    def write(self, text: str) -> int:
+        if self._stream is not None and self.lost is None:
+            try:
+                return self._stream.write(text)
+            except (OSError, ValueError) as ex:  # ValueError: a closed file
+                self._failed(ex)
+        return len(text)
+
+    def writelines(self, lines) -> None:
+        for line in lines:
+            self.write(line)
+
+    def flush(self) -> None:
+        if self._stream is not None and self.lost is None:
+            try:
+                self._stream.flush()
+            except (OSError, ValueError) as ex:
+                self._failed(ex)
+
+    def isatty(self) -> bool:
+        try:
+            return self._stream is not None and self.lost is None and self._stream.isatty()
+        except (OSError, ValueError):
+            return False
+
+    def __getattr__(self, attr: str):  # encoding, fileno, buffer...: the stream's own
+        if self._stream is None:
+            raise AttributeError(attr)
+        return getattr(self._stream, attr)
+
+
+class kept_streams:
+    """Within the block, sys.stdout and sys.stderr are `_KeptStream`s; at its end, when text was lost, one
+    line says so on whichever of the two still writes (nothing, when neither does), and the streams found
+    are put back. The command's exit status stays the import's: only its terminal text was lost."""
+
+    def __enter__(self) -> "kept_streams":
+        self._saved = (sys.stdout, sys.stderr)
+        self.out = _KeptStream(sys.stdout, "stdout")
+        self.err = _KeptStream(sys.stderr, "stderr")
+        sys.stdout, sys.stderr = self.out, self.err
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.out.flush()
+        self.err.flush()
+        lost = [s for s in (self.out, self.err) if s.lost is not None]
+        if lost:
+            line = ("warning: the command's output to " + " and ".join(f"{s.name} ({s.lost})" for s in lost)
+                    + " was lost; the import went on regardless: each output's manifest.json and errors.jsonl "
+                    "say how it ended\n")
+            for stream in (self.err, self.out):
+                if stream.lost is None:
+                    stream.write(line)
+                    stream.flush()
+                    break
+        sys.stdout, sys.stderr = self._saved

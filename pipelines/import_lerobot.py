@@ -24,6 +24,7 @@ import uuid
 from typing import TYPE_CHECKING, Optional, Sequence
 
 from pipelines import cli
+from pipelines import interrupts
 from pipelines import summary
 
 if TYPE_CHECKING:  # imported where used: `--help` and `--version` load neither Beam nor pyarrow
@@ -128,6 +129,38 @@ def run(argv: Optional[Sequence[str]] = None, *, wait: bool = True, verbosity: i
     if text is not None:
         print(text)
         return 0
+    stage = _Stage()
+    with interrupts.handling():
+        try:
+            return _run(argv, wait=wait, verbosity=verbosity, stage=stage)
+        except Interrupted as ex:
+            return stop_early(stage.phase, ex.signum)
+
+
+@dataclasses.dataclass
+class _Stage:
+    """Where the command is, for the line an interrupt ends it with."""
+
+    phase: str = "start"  # start, leases, import (answered by `stop_interrupted`), finished
+
+
+def stop_early(phase: str, signum: int) -> int:
+    """End a command interrupted outside its pipeline with one line; returns 128 + the signal number.
+    The leases it took were released on the way out (`run`'s stack), and nothing was half-written: the
+    pipeline had not started, or had ended and written its outputs."""
+    interrupts.handled()
+    name = interrupts.name(signum)
+    if phase == "finished":
+        print(f"interrupted by {name} after the import ended: its outputs are as summarized above, lease released")
+    elif phase == "leases":
+        print(f"interrupted by {name} while taking the outputs' leases: nothing was imported, every lease taken "
+              "released; run the same command again to import")
+    else:
+        print(f"interrupted by {name} before the import started: nothing was written and no lease taken")
+    return interrupts.status(signum)
+
+
+def _run(argv: list[str], *, wait: bool, verbosity: int, stage: _Stage) -> int:
     from apache_beam.options.pipeline_options import PipelineOptions
 
     from pipelines.options import ImportOptions, RunOptions
@@ -166,8 +199,11 @@ def run(argv: Optional[Sequence[str]] = None, *, wait: bool = True, verbosity: i
         build_pipeline(options, config).run()
         return 0
     refused = refused or list(planned.refused)
-    with contextlib.ExitStack() as stack:
+    interrupts.checkpoint()
+    stage.phase = "leases"
+    with _releasing(contextlib.ExitStack()) as stack:
         keepers, held = take_leases(config, stack, options.view_as(RunOptions).wait_for_lease)
+        interrupts.checkpoint()
         for line in held:
             print(line)
         if not keepers:
@@ -176,6 +212,7 @@ def run(argv: Optional[Sequence[str]] = None, *, wait: bool = True, verbosity: i
             return 1
         targets = config.targets
         config = dataclasses.replace(config, targets=tuple(keepers))
+        stage.phase = "import"
         try:
             with progress.showing(verbosity >= 0 and local):
                 result = run_interruptibly(build_pipeline(options, config))
@@ -183,6 +220,8 @@ def run(argv: Optional[Sequence[str]] = None, *, wait: bool = True, verbosity: i
             return stop_interrupted(config, ex.signum)
         except Stuck as ex:
             return stop_stuck(config, ex.error)
+        stage.phase = "finished"
+        interrupts.checkpoint()
         outcomes: dict[str, str] = {}
         status = summarize(result, config, outcomes)
         if planned.bulk:
@@ -191,6 +230,17 @@ def run(argv: Optional[Sequence[str]] = None, *, wait: bool = True, verbosity: i
         for ex in lost:  # another run took the output over while this one imported: its result is suspect
             print(f"error: {ex}; import that output again once the other run has finished")
         return 1 if lost or refused else status
+
+
+@contextlib.contextmanager
+def _releasing(stack: contextlib.ExitStack):
+    """`stack` (the leases' keepers), closed at the end of the block whatever ends it, and never cut by a
+    signal: a lease half-released would keep the output held until it expires."""
+    try:
+        yield stack
+    finally:
+        with interrupts.deferred():
+            stack.close()
 
 
 def safe_targets(config: ImportConfig) -> tuple[ImportConfig, list[str]]:
@@ -265,12 +315,8 @@ def dry_run(options: PipelineOptions, import_options: ImportOptions) -> int:
     return 0
 
 
-class Interrupted(BaseException):
-    """SIGINT or SIGTERM reached the command while its pipeline ran (raised in the main thread only)."""
-
-    def __init__(self, signum: int) -> None:
-        super().__init__(signum)
-        self.signum = signum
+#: SIGINT or SIGTERM reached the command (raised in the main thread only).
+Interrupted = interrupts.Interrupted
 
 
 def run_interruptibly(pipeline: beam.Pipeline):  # -> its PipelineResult
@@ -297,20 +343,17 @@ def run_interruptibly(pipeline: beam.Pipeline):  # -> its PipelineResult
         except BaseException as ex:  # noqa: BLE001 - handed to the main thread, raised there
             box["error"] = ex
 
-    def interrupt(signum, _frame) -> None:
-        for s in (signal.SIGINT, signal.SIGTERM):  # cleaning up is short; a second signal must not cut it
-            signal.signal(s, signal.SIG_IGN)
-        raise Interrupted(signum)
-
     from transforms import run_limits
 
-    previous = {s: signal.signal(s, interrupt) for s in (signal.SIGINT, signal.SIGTERM)}
+    previous = {s: signal.signal(s, interrupts.handler) for s in interrupts.SIGNALS}
     since = time.monotonic()
     try:
+        interrupts.checkpoint()  # a signal met before, whose exception something swallowed
         worker = threading.Thread(target=target, name="lerobot-import-pipeline", daemon=True)
         worker.start()
         while worker.is_alive():
             worker.join(0.2)
+            interrupts.checkpoint()
             stuck = run_limits.overdue(since=since)  # stuck inside one request, out of its checks
             if stuck is not None:
                 for s in (signal.SIGINT, signal.SIGTERM):
@@ -364,6 +407,7 @@ def stop_interrupted(config: ImportConfig, signum: int) -> int:
     from transforms import stopping
     from transforms.errors import LeRobotImportError
 
+    interrupts.handled()
     name = signal.Signals(signum).name
     # The steps still run on their threads: the part or commit in progress ends, no other one starts, so
     # what is cleaned and recorded below is final.
@@ -462,24 +506,28 @@ def take_leases(config: ImportConfig, stack: contextlib.ExitStack,
     keepers: dict[tuple[str, str], Optional[lease.LeaseKeeper]] = {}
     skipped = []
     for root, out in config.targets:
+        interrupts.checkpoint()
         if not lease.supported(out):  # e.g. an fsspec filesystem with no conditional create
             _LOG.warning("%s: this storage offers no lease, so runs on this output are not guarded", out)
             keepers[(root, out)] = None
             continue
-        try:
-            got = lease.acquire(out, run_id=config.run_id, job=os.environ.get("LEROBOT_IMPORT_JOB", ""),
-                                wait_seconds=max(0.0, deadline - time.monotonic()))
-        except LeRobotImportError as ex:  # a lease that is no lease, a full disk, a read-only output
-            skipped.append(f"{root}: error: {ex} -> {out}")
-            continue
-        except lease.LeaseHeld as ex:
-            h = ex.holder
-            skipped.append(f"{root}: skipped - being imported by run {h.run_id} on host {h.host} (pid {h.pid}), "
-                           f"lease expires at {_iso(h.expires_at)} -> {out}")
-            continue
+        # A lease created is handed to its keeper (whose exit releases it) before a signal is raised; the
+        # wait for a held lease ends at a signal.
+        with interrupts.deferred():
+            try:
+                got = lease.acquire(out, run_id=config.run_id, job=os.environ.get("LEROBOT_IMPORT_JOB", ""),
+                                    wait_seconds=max(0.0, deadline - time.monotonic()), sleep=interrupts.sleep)
+            except LeRobotImportError as ex:  # a lease that is no lease, a full disk, a read-only output
+                skipped.append(f"{root}: error: {ex} -> {out}")
+                continue
+            except lease.LeaseHeld as ex:
+                h = ex.holder
+                skipped.append(f"{root}: skipped - being imported by run {h.run_id} on host {h.host} (pid "
+                               f"{h.pid}), lease expires at {_iso(h.expires_at)} -> {out}")
+                continue
+            keepers[(root, out)] = stack.enter_context(lease.LeaseKeeper(got))
         if got.took_over is not None:
             print(f"{root}: {got.takeover_message()}")
-        keepers[(root, out)] = stack.enter_context(lease.LeaseKeeper(got))
     return keepers, skipped
 
 
