@@ -269,19 +269,23 @@ def test_storage_removes_and_commits_wildcard_names_literally_on_an_object_store
 
 
 def test_a_finish_phase_past_its_deadline_is_the_deadline_refusal(tmp_path, capsys):
+    """A deadline shorter than the finish step itself: the dataset fails with rule `deadline` (its manifest
+    and errors.jsonl written whole, outside the deadline: they are the output's own bookkeeping)."""
     dataset = copy_dataset(SAMPLE, tmp_path / "so101")
     out = tmp_path / "out"
     assert run_import(dataset, out, "--phase_deadline", "finish=0.001") == 1
     text = capsys.readouterr().out
-    line = next(x for x in text.splitlines() if x.startswith(f"file://{dataset}: FAILED - "))
-    assert "[deadline] the finish phase (committing an episodes file or finishing a dataset) ran past its " \
-           "deadline" in line and "--phase_deadline finish=SECONDS" in line, line
+    assert f"file://{dataset}: failed - " in text and "  deadline: 1 error" in text, text
     assert "internal" not in text and "Traceback" not in text
-    # what it committed stays recorded: the next run keeps it and finishes
-    assert (out / ".journal").is_dir()
-    assert run_import(dataset, out) == 0
+    errors = read_errors(out)
+    assert [e["rule"] for e in errors] == ["deadline"]
+    assert errors[0]["message"].startswith("[deadline] the finish phase (committing an episodes file or finishing "
+                                           "a dataset) ran past its deadline of 0 s on dataset ")
+    assert errors[0]["message"].endswith("--phase_deadline finish=SECONDS")
+    assert read_manifest(out)["status"] == "failed"
+    assert not [p for p in out.rglob("*") if ".tmp-" in p.name] and not (out / ".journal").exists()
+    assert run_import(dataset, out) == 0  # and the next run, with the default deadline, finishes
     assert read_manifest(out)["status"] == "imported"
-    assert "(1 unchanged)" in capsys.readouterr().out
 
 
 # ---- a terminal that cannot be written -----------------------------------------------------------

@@ -532,7 +532,9 @@ class _DatasetWriter(beam.DoFn):
         # Every text the output holds passes the one redaction (records already did; warnings, notes and
         # the dataset's own strings in the manifest too).
         rows = sink.errors_jsonl(failures).decode()
-        with stopping.output_work():
+        # The pair is the output's own bookkeeping, not a read of the source: a phase deadline that passes
+        # meanwhile must not cut it between its two files (nor leave their temporaries behind).
+        with stopping.output_work(), run_limits.outside():
             manifest = sink.manifest_bytes(doc)
             # Both files are written under temporary names first and moved into place only when both are
             # whole: a disk that fills meanwhile leaves the last run's pair as it was, never a new
@@ -569,9 +571,8 @@ class _DatasetWriter(beam.DoFn):
         return None
 
 
-#: Why a dataset's manifest may not be written, named instead of an `internal` error: a full disk, a
-#: read-only output, or the finish phase's deadline passed (writing it then would only run past it again).
-UNFINISHED_RULES = ("disk_full", "output_not_writable", "deadline")
+#: Why a dataset's manifest may not be written, named instead of an `internal` error.
+UNFINISHED_RULES = ("disk_full", "output_not_writable")
 
 
 class _FinishDataset(_DatasetWriter):
@@ -606,7 +607,7 @@ class _FinishAfterBug(_DatasetWriter):
         if named is not None and named[0] in UNFINISHED_RULES:
             self._unfinished(root, LeRobotImportError(named[0], named[1].split("] ", 1)[-1]))
             return
-        _LOG.error("finishing %s failed unexpectedly: %s", root, exc_info[1])
+        _LOG.error("finishing %s failed%s: %s", root, "" if named else " unexpectedly", exc_info[1])
         report = DatasetReport.merge(reports)
         outcomes = list(report.outcomes)
         failures = list(report.failures) + [internal_record(exc_info, dataset=root, episodes_file=None)]
