@@ -184,12 +184,18 @@ class kept_streams:
 
     def __enter__(self) -> "kept_streams":
         self._saved = (sys.stdout, sys.stderr)
+        # inside another such block (the command, then the import it runs): that one's streams, and its end
+        self._outer = isinstance(sys.stdout, _KeptStream) and isinstance(sys.stderr, _KeptStream)
+        if self._outer:
+            return self
         self.out = _KeptStream(sys.stdout, "stdout")
         self.err = _KeptStream(sys.stderr, "stderr")
         sys.stdout, sys.stderr = self.out, self.err
         return self
 
     def __exit__(self, *exc) -> None:
+        if self._outer:
+            return
         self.out.flush()
         self.err.flush()
         lost = [s for s in (self.out, self.err) if s.lost is not None]

@@ -129,8 +129,11 @@ def run(argv: Optional[Sequence[str]] = None, *, wait: bool = True, verbosity: i
     if text is not None:
         print(text)
         return 0
+    from pipelines import console
+
     stage = _Stage()
-    with interrupts.handling():
+    # A terminal that cannot be written (closed, a log on a full disk) loses the text, never the import.
+    with console.kept_streams(), interrupts.handling():
         try:
             return _run(argv, wait=wait, verbosity=verbosity, stage=stage)
         except Interrupted as ex:

@@ -10,6 +10,7 @@ import hashlib
 import json
 import logging
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -508,3 +509,30 @@ def test_ctrl_c_while_the_command_loads_is_one_line_and_130(tmp_path):
     assert "Traceback" not in stderr and "KeyboardInterrupt" not in stderr, stderr[-2000:]
     assert stdout.strip().splitlines()[-1].startswith("interrupted by SIGINT"), stdout
     assert not (tmp_path / "out" / ".lease.json").exists()
+
+
+@pytest.mark.parametrize("which", ["stdout", "both"])
+def test_an_import_run_in_process_with_a_full_log_goes_on(tmp_path, monkeypatch, which):
+    """`import_lerobot.run` itself (the launcher's entry, tests) with stdout or stderr a writer whose every
+    write fails with ENOSPC: the import finishes, its status is the import's."""
+    import errno
+
+    class Full:
+        def write(self, text):
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+        def flush(self):
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+        def isatty(self):
+            return False
+
+    dataset = copy_dataset(SAMPLE, tmp_path / "so101")
+    broken = dataset / "meta" / "episodes" / "chunk-000" / "file-001.parquet"
+    shutil.copy(dataset / "meta" / "episodes" / "chunk-000" / "file-000.parquet", broken)  # duplicates: fails
+    out = tmp_path / "out"
+    for name in ("stdout", "stderr") if which == "both" else (which,):
+        monkeypatch.setattr(sys, name, Full())
+    assert run_import(dataset, out) == 1
+    assert read_manifest(out)["status"] == "failed" and read_errors(out)
+    assert not [p for p in out.rglob("*") if ".tmp-" in p.name] and not (out / ".lease.json").exists()
