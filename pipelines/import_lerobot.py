@@ -391,6 +391,7 @@ def stop_stuck(config: ImportConfig, error: Exception) -> int:
     line naming the phase, the piece and what it waited on. Returns 1."""
     from transforms.errors import LeRobotImportError
 
+    interrupts.handled()  # the run is being stopped already: a signal now must not cut what follows
     kept = 0
     for root, out in config.targets:
         try:

@@ -37,9 +37,10 @@ _installed = 0
 
 def handler(signum, _frame) -> None:
     """The command's handler of SIGINT and SIGTERM: the first signal is raised (or, inside `deferred`,
-    kept for its end); any later one is ignored."""
+    kept for its end); any later one, or one once the command is stopping anyway (`handled`), is
+    ignored."""
     global _pending
-    if _pending is not None:
+    if _pending is not None or _handled:
         return
     _pending = signum
     for s in SIGNALS:  # cleaning up is short; a second signal must not cut it
