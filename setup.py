@@ -49,12 +49,12 @@ setup(
             "s3fs>=2024.2",
             # the Hub stand-in tests drive huggingface_hub's own client
             "huggingface_hub>=0.30",
-            # the README's query examples (transforms.query) run against both engines
+            # the README's query examples (transforms.reader.query) run against both engines
             "duckdb>=1.3",
             "polars>=1.30",
             # PyTorch is not here: `torch` from PyPI brings the CUDA build (gigabytes). The README's test
             # command installs torch==2.13.0 from PyTorch's CPU index beside this extra.
         ],
     },
-    entry_points={"console_scripts": ["lerobot-import=pipelines.import_lerobot:main"]},
+    entry_points={"console_scripts": ["lerobot-import=pipelines.cli:main"]},
 )

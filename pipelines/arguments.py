@@ -8,7 +8,7 @@
 from __future__ import annotations
 
 from transforms.lerobot.span import DATA_SPAN_LIMIT
-from transforms.run_limits import DEFAULT_DEADLINES_S, HUB_LIST_MAX_ITEMS, HUB_LIST_MAX_PAGES
+from transforms.base.run_limits import DEFAULT_DEADLINES_S, HUB_LIST_MAX_ITEMS, HUB_LIST_MAX_PAGES
 
 
 def add_import_arguments(parser) -> None:

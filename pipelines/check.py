@@ -16,8 +16,9 @@ import json
 import sys
 from typing import Any, Optional, Sequence
 
-from transforms import hub, quality, storage
-from transforms.errors import LeRobotImportError
+from transforms.base import hub, storage
+from transforms import quality
+from transforms.base.errors import LeRobotImportError
 from transforms.quality.dataset import CheckReport, check_dataset_quality
 
 #: Findings printed per check (the rest are counted; --json gives them all).
@@ -77,7 +78,7 @@ def check_one(root: str, *, strict: frozenset[str], skip_videos: bool) -> tuple[
 
 def run(argv: Optional[Sequence[str]] = None) -> int:
     """Check the datasets of the command line, print the reports; 1 when any has errors."""
-    from pipelines.cli import add_verbosity_arguments
+    from pipelines.console import add_verbosity_arguments
 
     ap = argparse.ArgumentParser(prog="lerobot-import check",
                                  description="Run the import's quality checks on datasets, writing nothing.",

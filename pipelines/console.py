@@ -1,5 +1,6 @@
-"""What the command prints besides its results: log levels by verbosity, and a handler that shares the
-terminal with the live progress line (`pipelines.progress`).
+"""What every subcommand shares at the terminal: exit statuses and the usage error, the -q/-v flags and log
+levels by verbosity, a handler that shares the terminal with the live progress line (`pipelines.progress`),
+and the end of the process once its command is done.
 
 By default a user sees the project's own log lines (an episodes file imported or failed, a lease taken
 over, a Hub retry) and every library's errors, and nothing they cannot act on: Beam's warnings and type-hint
@@ -11,7 +12,10 @@ its state) are kept at every level but `-q`.
 
 from __future__ import annotations
 
+import atexit
 import logging
+import os
+import signal
 import sys
 import threading
 from typing import Callable, Optional
@@ -25,7 +29,7 @@ LIBRARIES = ("apache_beam", "fsspec", "gcsfs", "s3fs", "urllib3", "google", "htt
 TYPE_HINTS = "apache_beam.typehints"
 DATAFLOW = "apache_beam.runners.dataflow"
 #: huggingface_hub announces the retries it makes itself only by a WARNING on this logger, which the Hub
-#: reader counts (`transforms.hub`, the `hub_retries` counter): the logger stays at WARNING at every
+#: reader counts (`transforms.base.hub`, the `hub_retries` counter): the logger stays at WARNING at every
 #: verbosity so the count holds, and its lines go no further than that count when the libraries' level
 #: would hide them.
 HUB_RETRIES = "huggingface_hub.utils._http"
@@ -128,6 +132,67 @@ def release_terminal() -> None:
 def locked() -> threading.Lock:
     """The lock log records are written under (the live line writes under it too)."""
     return _LOCK
+
+
+#: Exit statuses of every command (`EXIT_STATUS` tells them).
+EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
+
+
+class UsageError(SystemExit):
+    """A wrong command line: exit status 2, the message (`str()`) printed on stderr by `main`."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.code = EXIT_USAGE
+
+
+def add_verbosity_arguments(parser) -> None:
+    """-q/--quiet and -v/--verbose (every subcommand takes them; `main` reads them before anything else)."""
+    parser.add_argument("-q", "--quiet", action="store_true",
+                        help="Print only errors and the summary: no progress, no warnings.")
+    parser.add_argument("-v", "--verbose", action="count", default=0,
+                        help="Also print each step's log lines and Beam's warnings; -vv prints every library's "
+                             "debug log too.")
+
+
+def end_process(code) -> None:
+    """End the process with SystemExit's `code` (None, a status, or a message for stderr) the way Python
+    would, minus its teardown: the other threads are waited for, the exit handlers run (logging's among
+    them) and the output is flushed, but the modules and objects a run loaded are not taken apart one by
+    one, which costs a process that ran a Beam pipeline a few tenths of a second after its work is done.
+    For the process's own command only: a caller that goes on after the command must not use it."""
+    met: list[int] = []
+    for s in (signal.SIGINT, signal.SIGTERM):  # met while the process ends: said once it has, never cut short
+        signal.signal(s, lambda signum, _frame: met.append(signum))
+    if code is None:
+        status = 0
+    elif isinstance(code, int):
+        status = code
+    else:
+        _say(str(code), sys.stderr)
+        status = 1
+    for thread in threading.enumerate():
+        if thread is not threading.current_thread() and not thread.daemon:
+            thread.join()
+    atexit._run_exitfuncs()
+    if met and status not in (128 + signal.SIGINT, 128 + signal.SIGTERM):
+        _say(f"interrupted by {signal.Signals(met[0]).name} after the command ended: its outcome is as printed "
+             "above", sys.stdout)
+        status = 128 + met[0]
+    for stream in (sys.stdout, sys.stderr):
+        _say("", stream)
+    os._exit(status)
+
+
+def _say(line: str, stream) -> None:
+    """Write a line (none when empty) and flush; a stream that cannot be written (closed, a full disk)
+    loses it: the status says how the command ended."""
+    try:
+        if line:
+            print(line, file=stream)
+        stream.flush()
+    except (OSError, ValueError, AttributeError):
+        pass
 
 
 # ---- a terminal that cannot be written -----------------------------------------------------------

@@ -22,16 +22,16 @@ import sys
 from typing import Any, Optional, Sequence
 
 from pipelines.targets import resolve_targets
-from transforms import lease as lease_lib
-from transforms import storage
-from transforms.episode import damage as output_damage
-from transforms.episode import output_state
-from transforms.episode.media_index_table import decide_run
-from transforms.errors import LeRobotImportError
-from transforms.lerobot import sources, v2
+from transforms.output import lease as lease_lib
+from transforms.base import storage
+from transforms.output import damage as output_damage
+from transforms.output import safety
+from transforms.output.index_shards import decide_run
+from transforms.base.errors import LeRobotImportError
+from transforms.lerobot import sources
 from transforms.lerobot.data_files import read_row_group_layout
-from transforms.lerobot.episodes_files import DATA_SPAN_LIMIT, RowGroupLayout, plan_parts, read_episodes_file
-from transforms.lerobot.info import DatasetInfo
+from transforms.lerobot.episodes_files import DATA_SPAN_LIMIT, RowGroupLayout, plan_parts
+from transforms.lerobot.layouts import layout_of, read_unit_rows
 from transforms.messages import ImportConfig
 
 #: Output bytes per byte the episodes' data takes decoded (`PartPlan.decoded_bytes`), when no earlier import of
@@ -149,7 +149,7 @@ class DatasetPlan:
 
 def read_manifest(out: str) -> Optional[dict]:
     """The output's manifest.json, or None when there is none (or it is not a sound manifest)."""
-    return output_state.read_manifest(out).doc
+    return safety.read_manifest(out).doc
 
 
 def plan_dataset(root: str, out: str, options: dict[str, Any], *, force: bool = False,
@@ -207,7 +207,7 @@ def plan_dataset(root: str, out: str, options: dict[str, Any], *, force: bool = 
 def _refused_output(out: str) -> Optional[str]:
     """Why the import would refuse this output before touching it (its own state unsafe), else None."""
     try:
-        output_state.check_output(out)
+        safety.check_output(out)
     except LeRobotImportError as ex:
         return str(ex)
     return None
@@ -228,12 +228,14 @@ def _file_plan(scanned: sources.DatasetSources, decision: sources.EpisodesFileDe
     problem, episodes, parts, data_bytes, decoded = src.problem, 0, 0, src.data_bytes, src.data_bytes
     if problem is None:
         try:
-            rows = src.rows if src.rows is not None else _read_rows(scanned.root, scanned.info, src.episodes_file)
-            plans = plan_parts(rows, lambda f: _listed_size(scanned.listing, f),
-                               # a v2.x episode is its whole data file: sized by the file, as the import does
-                               (lambda f: None) if v2.is_group(src.episodes_file) else
-                               (lambda f: _layout(scanned, f, layouts)), limit=int(options["data_span_limit"]),
-                               one_part=bool(options["one_part"]), file=src.episodes_file)
+            rows = src.rows if src.rows is not None else read_unit_rows(scanned.root, src.episodes_file,
+                                                                        scanned.info)
+            # a v2.x episode is its whole data file: sized by the file, as the import does
+            row_groups = ((lambda f: _layout(scanned, f, layouts)) if layout_of(src.episodes_file).sized_by_footers
+                          else (lambda f: None))
+            plans = plan_parts(rows, lambda f: _listed_size(scanned.listing, f), row_groups,
+                               limit=int(options["data_span_limit"]), one_part=bool(options["one_part"]),
+                               file=src.episodes_file)
             episodes, parts, data_bytes = len(rows), len(plans), sum(p.data_bytes for p in plans)
             decoded = sum(p.decoded_bytes for p in plans)
         except LeRobotImportError as ex:
@@ -243,12 +245,6 @@ def _file_plan(scanned: sources.DatasetSources, decision: sources.EpisodesFileDe
         problem = str(missing) if missing is not None else None
     return FilePlan(decision.episodes_file, decision.action, decision.reason, episodes, parts, data_bytes,
                     src.video_files, decoded, problem, sources=src)
-
-
-def _read_rows(root: str, info: DatasetInfo, rel: str):
-    if v2.is_group(rel):
-        return v2.group_rows(v2.load_episodes(root), info, rel)
-    return read_episodes_file(root, rel, info)
 
 
 def _layout(scanned: sources.DatasetSources, rel: str,
@@ -305,7 +301,7 @@ exit status:
 def _parser() -> argparse.ArgumentParser:
     """The import's own options (the same declarations, so the same meanings and defaults), and --json, --list."""
     from pipelines.arguments import add_import_arguments
-    from pipelines.cli import add_verbosity_arguments
+    from pipelines.console import add_verbosity_arguments
 
     ap = argparse.ArgumentParser(prog="lerobot-import plan", description="Show what an import run with the same "
                                  "options would do, without writing anything. Beam options are accepted and "
@@ -328,7 +324,7 @@ def run(argv: Optional[Sequence[str]] = None) -> int:
                             inline_index=args.inline_index, skip_videos=args.skip_videos, force=args.force,
                             verify_output=args.verify_output)
     options = output_options(settings)
-    from transforms import run_limits
+    from transforms.base import run_limits
     try:  # the import's bounds: a stuck source or an endless Hub listing ends the plan as it ends a run
         limits = run_limits.from_values(args.phase_deadline, args.hub_list_max_pages, args.hub_list_max_items)
     except ValueError as ex:
@@ -400,10 +396,6 @@ def _size(n: int) -> str:
     return f"{n} B"
 
 
-def main() -> None:
+if __name__ == "__main__":  # `python -m pipelines.plan ...`: `lerobot-import plan ...`
     from pipelines import cli
     cli.main(["plan", *sys.argv[1:]])
-
-
-if __name__ == "__main__":
-    main()

@@ -1,7 +1,7 @@
 """The live progress of a local run: one line on a terminal, redrawn every second, or a log line every
 30 s when stderr is not a terminal (a CI log, a file).
 
-It reads the counts the import's steps add as they work (`transforms.progress`): FnApiRunner runs them
+It reads the counts the import's steps add as they work (`transforms.base.live_counts`): FnApiRunner runs them
 in this process, so the line moves while episodes are read, not only when an episodes file commits. On
 Dataflow the steps run on workers and Beam's own job messages are the progress; no line is shown. `-q`
 shows none either.
@@ -17,7 +17,7 @@ import time
 from typing import Callable, Iterator, Optional, TextIO
 
 from pipelines import console
-from transforms import progress
+from transforms.base import live_counts
 
 _LOG = logging.getLogger("pipelines.progress")
 
@@ -38,7 +38,7 @@ def _duration(seconds: float) -> str:
 
 
 def render_line(counts: dict[str, int], elapsed_s: float) -> str:
-    """The progress line for `counts` (`transforms.progress.snapshot()`) after `elapsed_s` seconds.
+    """The progress line for `counts` (`transforms.base.live_counts.snapshot()`) after `elapsed_s` seconds.
 
     "episodes files 2/5 · episodes 120/300 · frames 36,000/90,000 · data 48.0 MB · MP4 1.2 MB ·
     6,000 frames/s · ETA 9s": files committed (or failed) of those to import, episodes and frames typed
@@ -68,11 +68,11 @@ class ProgressDisplay:
         stream: where the line goes (stderr).
         tty: draw a live line (default: whether `stream` is a terminal); else log a line per interval.
         interval_s: seconds between redraws or log lines (default TTY_INTERVAL_S / LOG_INTERVAL_S).
-        read: where the counts come from (`transforms.progress.snapshot`).
+        read: where the counts come from (`transforms.base.live_counts.snapshot`).
     """
 
     def __init__(self, stream: Optional[TextIO] = None, *, tty: Optional[bool] = None,
-                 interval_s: Optional[float] = None, read: Callable[[], dict[str, int]] = progress.snapshot,
+                 interval_s: Optional[float] = None, read: Callable[[], dict[str, int]] = live_counts.snapshot,
                  clock: Callable[[], float] = time.monotonic) -> None:
         self._stream = stream or sys.stderr
         self._tty = self._stream.isatty() if tty is None else tty
@@ -130,7 +130,7 @@ def showing(enabled: bool, **kwargs) -> Iterator[Optional[ProgressDisplay]]:
     if not enabled:
         yield None
         return
-    progress.reset()
+    live_counts.reset()
     display = ProgressDisplay(**kwargs).start()
     try:
         yield display

@@ -19,10 +19,10 @@ import re
 import sys
 from typing import TYPE_CHECKING, Optional, Sequence
 
-from transforms import storage
-from transforms.episode import paths
-from transforms.errors import LeRobotImportError
-from transforms.lease import LeaseHeld
+from transforms.base import storage
+from transforms.output import paths
+from transforms.base.errors import LeRobotImportError
+from transforms.output.lease import LeaseHeld
 
 if TYPE_CHECKING:  # Beam and the render steps are imported to run, not for --help
     import apache_beam as beam
@@ -76,8 +76,8 @@ def _dataset_root(source: str, tasks: Optional[str]) -> str:
     """The dataset whose tasks.parquet names the tasks: --tasks, else the one the import's manifest names."""
     if tasks is not None:
         return storage.normalize_root(tasks)
-    from transforms.episode import output_state
-    found = output_state.read_manifest(source)  # bounded, a regular file, its depth and paths checked
+    from transforms.output import safety
+    found = safety.read_manifest(source)  # bounded, a regular file, its depth and paths checked
     if found.problem is not None:
         raise found.problem
     if found.doc is None:
@@ -242,7 +242,7 @@ def _render_under_lease(opts: argparse.Namespace, options: PipelineOptions, reci
     """
     import uuid
 
-    from transforms import lease
+    from transforms.output import lease
 
     run_id = uuid.uuid4().hex
     with contextlib.ExitStack() as stack:
@@ -286,7 +286,7 @@ def run(argv: Optional[Sequence[str]] = None) -> int:
     except (RecipeError, LeRobotImportError) as ex:
         print(f"error: {ex}", file=sys.stderr)
         return 1
-    from pipelines.import_lerobot import runner_problem
+    from pipelines.runners import runner_problem
     beam_options = PipelineOptions(beam_args)
     problem = runner_problem(beam_options)
     if problem:  # before the lease: Beam would say it only once the pipeline is submitted, or wait instead

@@ -17,11 +17,11 @@ import os
 import re
 from typing import Optional, Sequence
 
-from pipelines.cli import UsageError
+from pipelines.console import UsageError
 
-from transforms import hub, storage
-from transforms.episode import paths
-from transforms.errors import LeRobotImportError
+from transforms.base import hub, storage
+from transforms.output import paths
+from transforms.base.errors import LeRobotImportError
 from transforms.lerobot import dataset as lerobot_dataset
 from transforms.lerobot.info import INFO_PATH
 

@@ -38,11 +38,11 @@ from typing import Any, Iterable, Optional, Sequence
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from transforms import storage
-from transforms.episode import output_state, paths
-from transforms.episode.media_index_table import decide_run
-from transforms.errors import LeRobotImportError, quote
-from transforms.lease import LEASE_NAME
+from transforms.base import storage
+from transforms.output import safety, paths
+from transforms.output.index_shards import decide_run
+from transforms.base.errors import LeRobotImportError, quote
+from transforms.output.lease import LEASE_NAME
 from transforms.lerobot import sources
 
 #: Files of an output that no manifest lists and that are not leftovers: the lease and its lock file.
@@ -146,7 +146,7 @@ def verify_output(out: str, *, check_sources: bool = False) -> VerifyReport:
     """Verify one dataset output against its manifest (see the module docstring for what is checked)."""
     out = storage.normalize_root(out)
     try:
-        output_state.check_output(out)  # nothing is read through a link or from a FIFO or device
+        safety.check_output(out)  # nothing is read through a link or from a FIFO or device
     except LeRobotImportError as ex:
         return VerifyReport(out, (Problem(ex.file or ".", "confinement", ex.message),))
     manifest, problem = _read_manifest(out)
@@ -176,7 +176,7 @@ def verify_output(out: str, *, check_sources: bool = False) -> VerifyReport:
 
 
 def _read_manifest(out: str) -> tuple[Optional[dict], Optional[Problem]]:
-    found = output_state.read_manifest(out)
+    found = safety.read_manifest(out)
     if found.doc is not None:
         return found.doc, None
     if found.problem is None:
@@ -199,7 +199,7 @@ def _check_part(out: str, path: str, record: Optional[dict]) -> _PartCheck:
     """One part: exists; size and sha256 as recorded; opens as Parquet; rows as recorded."""
     folder = path.split("/", 1)[0] if path.startswith(paths.MEDIA_INDEX_DIR + "/") else paths.EPISODES_DIR
     try:
-        uri = output_state.confined(out, path, folder=folder, what="file")
+        uri = safety.confined(out, path, folder=folder, what="file")
     except LeRobotImportError as ex:
         return _PartCheck(path, (Problem(path, "confinement", ex.message),), None, False)
     fs, full = storage.filesystem(uri)
@@ -254,7 +254,7 @@ def _check_media_index(out: str, path: str, record: Optional[dict]) -> list[Prob
 
 def _check_readable(out: str, path: str, what: str) -> list[Problem]:
     try:
-        uri = output_state.confined(out, path, folder=paths.MEDIA_INDEX_DIR, what=what)
+        uri = safety.confined(out, path, folder=paths.MEDIA_INDEX_DIR, what=what)
     except LeRobotImportError as ex:
         return [Problem(path, "confinement", ex.message)]
     fs, full = storage.filesystem(uri)
@@ -283,7 +283,7 @@ def _check_rows_without_records(entries: dict[str, dict], checks: dict[str, _Par
 
 def _check_errors_file(out: str, manifest: dict) -> list[Problem]:
     expected = (manifest.get("totals") or {}).get("errors")
-    fs, full = storage.filesystem(output_state.confined(out, paths.ERRORS, folder=None, what="errors file"))
+    fs, full = storage.filesystem(safety.confined(out, paths.ERRORS, folder=None, what="errors file"))
     if not fs.exists(full):
         return [Problem(paths.ERRORS, "missing", "listed by every import but not in the output")]
     rows = _count_rows(fs, full)
@@ -457,7 +457,7 @@ exit status:
 
 def run(argv: Optional[Sequence[str]] = None) -> int:
     """Verify the outputs of the command line, print the reports; 0 when every check holds, else 1."""
-    from pipelines.cli import add_verbosity_arguments
+    from pipelines.console import add_verbosity_arguments
 
     ap = argparse.ArgumentParser(prog="lerobot-import verify", description="Check an import against its manifest.",
                                  epilog=EXIT_STATUS, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -501,10 +501,6 @@ def _report_json(report: VerifyReport, shown_output: Optional[str] = None) -> di
             "repair": report.repair_command(shown_output)}
 
 
-def main() -> None:
+if __name__ == "__main__":  # `python -m pipelines.verify ...`: `lerobot-import verify ...`
     from pipelines import cli
     cli.main(["verify", *sys.argv[1:]])
-
-
-if __name__ == "__main__":
-    main()

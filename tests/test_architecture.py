@@ -1,11 +1,14 @@
-"""The package layout holds: the pure libraries under `transforms/` never reach the Beam layer, and the code
-explains itself instead of pointing at documents that are not in the repository.
+"""The package layout holds: the Beam layer on top, the pure libraries beneath it in floors that depend
+one way, and the code explains itself instead of pointing at documents that are not in the repository.
 
-* `transforms` itself and its sub-packages (lerobot, episode, mp4, language, reader, quality) import without
-  apache_beam (checked in a fresh interpreter, so nothing the test process imported can hide it);
-* no module of a sub-package imports a top-level module of `transforms` other than the ground floor
-  (`errors`, `storage`), and none imports apache_beam, not even lazily inside a function;
-* the sub-packages depend on each other without cycles, and `lerobot` (the input format) on none;
+* the top level of `transforms` is the Beam layer (its steps import apache_beam; `messages` holds the
+  elements they pass); every Beam-free library lives in a sub-package;
+* `transforms` itself and its sub-packages import without apache_beam (checked in a fresh interpreter, so
+  nothing the test process imported can hide it), and no sub-package module imports a top-level module of
+  `transforms` or apache_beam, not even lazily inside a function;
+* the sub-packages sit on floors (`FLOORS`): each imports only packages on floors below its own, so there
+  is no upward import and no circle;
+* `pipelines` has no import circle (a module's `if __name__ == "__main__":` block aside);
 * no comment or string under `transforms/` and `pipelines/` cites an outside document
   ("mapping §3", "§2", "issue 7", "mapping.md").
 """
@@ -25,9 +28,19 @@ from tests.helpers import run_python
 
 REPO = Path(__file__).resolve().parents[1]
 TRANSFORMS = REPO / "transforms"
-SUBPACKAGES = ("lerobot", "episode", "mp4", "language", "reader", "quality")
-#: Top-level modules of `transforms` that the pure sub-packages may use.
-GROUND_FLOOR = {"errors", "storage"}
+#: The Beam-free sub-packages, floor by floor: a package imports only packages on floors below its own.
+FLOORS = (
+    ("base",),                  # errors, storage, the Hub, run limits, stopping
+    ("lerobot", "language"),    # the input format; language annotations and recipes
+    ("episode",),               # the record
+    ("mp4", "output"),          # MP4s -> MediaIndex; the output folder
+    ("quality",),               # checks over typed frames, sample times and metadata
+    ("reader",),                # reading an import back, training
+)
+SUBPACKAGES = tuple(name for floor in FLOORS for name in floor)
+FLOOR_OF = {name: level for level, floor in enumerate(FLOORS) for name in floor}
+#: Top-level modules of `transforms` that are Beam-free by design: the elements the Beam steps pass.
+BEAM_LAYER_ELEMENTS = {"messages"}
 PURE = ["transforms"] + [f"transforms.{name}" for name in SUBPACKAGES]
 
 
@@ -40,12 +53,21 @@ def _subpackage_modules() -> list[Path]:
     return sorted(p for name in SUBPACKAGES for p in (TRANSFORMS / name).rglob("*.py"))
 
 
+def _is_main_block(node: ast.stmt) -> bool:
+    return (isinstance(node, ast.If) and isinstance(node.test, ast.Compare) and isinstance(node.test.left, ast.Name)
+            and node.test.left.id == "__name__")
+
+
 def _imported_names(path: Path) -> set[str]:
     """Every module (and `module.name`) the file imports, anywhere in it, relative imports resolved."""
     module = _module_name(path)
     package = module if path.name == "__init__.py" else module.rpartition(".")[0]
     names: set[str] = set()
-    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+    tree = ast.parse(path.read_text(), str(path))
+    # a module's `if __name__ == "__main__":` block runs only when it is the program (`python -m ...`):
+    # not part of what importing it imports
+    tree.body = [node for node in tree.body if not _is_main_block(node)]
+    for node in ast.walk(tree):
         if isinstance(node, ast.Import):
             names.update(alias.name for alias in node.names)
         elif isinstance(node, ast.ImportFrom):
@@ -90,16 +112,30 @@ def test_every_subpackage_module_imports_without_beam():
     assert first is None, f"importing {first} imports apache_beam ({loaded[first]})"
 
 
-def test_subpackages_import_only_the_ground_floor():
-    top_level = {p.stem for p in TRANSFORMS.glob("*.py") if p.name != "__init__.py"}
-    assert GROUND_FLOOR <= top_level and "import_dataset" in top_level
+def _top_level_modules() -> set[str]:
+    return {p.stem for p in TRANSFORMS.glob("*.py") if p.name != "__init__.py"}
+
+
+def test_top_level_is_the_beam_layer():
+    """Every top-level module of `transforms` is a Beam step (it imports apache_beam) or the elements the
+    steps pass; a Beam-free library at the top belongs in a sub-package."""
+    top_level = _top_level_modules()
+    assert "import_dataset" in top_level
+    pure = sorted(name for name in top_level - BEAM_LAYER_ELEMENTS
+                  if not any(n.split(".")[0] == "apache_beam" for n in _imported_names(TRANSFORMS / f"{name}.py")))
+    assert pure == [], f"Beam-free modules at the top of transforms/ (move them into a sub-package): {pure}"
+    assert {p.name for p in TRANSFORMS.iterdir() if p.is_dir() and (p / "__init__.py").exists()} == set(SUBPACKAGES)
+
+
+def test_subpackages_import_no_beam_layer():
+    top_level = _top_level_modules()
     bad = []
     for path in _subpackage_modules():
         for name in sorted(_imported_names(path)):
             parts = name.split(".")
             if parts[0] == "apache_beam":
                 bad.append(f"{path.relative_to(REPO)} imports {name}")
-            elif parts[0] == "transforms" and len(parts) > 1 and parts[1] in top_level - GROUND_FLOOR:
+            elif parts[0] == "transforms" and len(parts) > 1 and parts[1] in top_level:
                 bad.append(f"{path.relative_to(REPO)} imports {name} (the Beam layer)")
     assert bad == []
 
@@ -115,31 +151,72 @@ def _subpackage_graph() -> dict[str, set[str]]:
     return graph
 
 
-def test_subpackage_dependencies_have_no_cycle():
+def _upward(graph: dict[str, set[str]]) -> list[str]:
+    return sorted(f"{name} -> {dep}" for name, deps in graph.items() for dep in deps
+                  if FLOOR_OF[dep] >= FLOOR_OF[name])
+
+
+def test_subpackages_import_only_lower_floors():
+    """Floors make circles impossible: an import to the same floor or above is refused, naming it."""
+    assert _upward(_subpackage_graph()) == [], "imports to the same floor or above (see FLOORS)"
+
+
+def test_floor_check_sees_an_upward_import():
+    """The check reads real imports: the reader does depend on the record, and a made-up import of the
+    reader by the record would be refused."""
     graph = _subpackage_graph()
-    assert graph["lerobot"] == set(), "the input format depends on no other sub-package"
-    done: set[str] = set()
-
-    def visit(node: str, path: tuple[str, ...]) -> None:
-        assert node not in path, f"import cycle between sub-packages: {' -> '.join(path + (node,))}"
-        if node not in done:
-            for dep in sorted(graph[node]):
-                visit(dep, path + (node,))
-            done.add(node)
-    for package in SUBPACKAGES:
-        visit(package, ())
-
-
-def test_cycle_check_sees_a_cycle():
-    """The graph walk above really reads imports: the reader depends on the episode package."""
-    assert "episode" in _subpackage_graph()["reader"]
+    assert "episode" in graph["reader"] and graph["base"] == set()
+    graph["episode"] = graph["episode"] | {"reader"}
+    assert _upward(graph) == ["episode -> reader"]
 
 
 def test_quality_checks_sit_above_the_record_and_media_packages():
     """The quality checks read typed frames and MediaIndex sample times; nothing below depends on them."""
     graph = _subpackage_graph()
-    assert graph["quality"] == {"lerobot", "episode", "mp4"}
+    assert {"lerobot", "episode", "mp4"} <= graph["quality"]
     assert not any("quality" in deps for name, deps in graph.items() if name != "quality")
+
+
+def _pipelines_graph() -> dict[str, set[str]]:
+    modules = {p.stem for p in (REPO / "pipelines").glob("*.py") if p.name != "__init__.py"}
+    graph: dict[str, set[str]] = {name: set() for name in modules}
+    for name in modules:
+        for imported in _imported_names(REPO / "pipelines" / f"{name}.py"):
+            parts = imported.split(".")
+            if parts[0] == "pipelines" and len(parts) > 1 and parts[1] in modules and parts[1] != name:
+                graph[name].add(parts[1])
+    return graph
+
+
+def _circles(graph: dict[str, set[str]]) -> list[str]:
+    """Every import circle of `graph`, once each, as "a -> b -> a"."""
+    found: list[str] = []
+    done: set[str] = set()
+
+    def visit(node: str, path: tuple[str, ...]) -> None:
+        if node in path:
+            found.append(" -> ".join(path[path.index(node):] + (node,)))
+            return
+        if node in done:
+            return
+        for dep in sorted(graph.get(node, ())):
+            visit(dep, path + (node,))
+        done.add(node)
+    for node in sorted(graph):
+        visit(node, ())
+    return found
+
+
+def test_pipelines_have_no_import_circle():
+    """The command's modules depend one way: the dispatcher (`cli`) on the subcommands, they on what they
+    share (`console`, `command_line`, `targets`, ...), never back."""
+    graph = _pipelines_graph()
+    assert {"import_lerobot", "plan", "verify", "check", "render_recipes"} <= graph["cli"]
+    assert _circles(graph) == []
+
+
+def test_circle_check_sees_a_circle():
+    assert _circles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == ["a -> b -> c -> a"]
 
 
 OUTSIDE_REFERENCE = re.compile(r"mapping\s*§|§\s*\d|\bissue\s+#?\d|\b(mapping|architecture)\.md\b", re.IGNORECASE)

@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 
 from tests.helpers import REPO, SAMPLE, lerobot_dataset, read_errors, read_manifest, run_import, run_python
-from pipelines import import_lerobot
-from pipelines.cli import import_parser
+from pipelines import cli, import_lerobot
+from pipelines.command_line import import_parser
 
 IMPORT_OPTIONS = ("--dataset", "--datasets", "--output", "--force", "--one-part", "--read-in-parts",
                   "--data-span-limit", "--inline-index", "--skip-videos")
@@ -101,7 +101,7 @@ def test_help_from_the_shell(command):
 def _usage_error(capsys, argv) -> str:
     """`lerobot-import ARGV` exits 2 with one line on stderr (returned) and nothing on stdout."""
     with pytest.raises(SystemExit) as raised:
-        import_lerobot.main(argv)
+        cli.main(argv)
     assert raised.value.code == 2, raised.value.code
     out, err = capsys.readouterr()
     assert out == ""
@@ -161,7 +161,7 @@ def test_version_and_help_answer_without_beam_or_pyarrow():
     module, then the command, in a fresh interpreter."""
     lines = run_python(
         "import sys, io, contextlib\n"
-        "from pipelines.import_lerobot import main\n"
+        "from pipelines.cli import main\n"
         "for argv in (['--version'], ['--help'], None, ['plan', '--help'], ['verify', '--help'],\n"
         "             ['render', '--help']):\n"
         "    if argv is None:\n"
@@ -225,20 +225,21 @@ def _statuses(block: str) -> dict[str, str]:
 def test_exit_statuses_are_documented_in_help_and_readme(capsys):
     """Each command's --help ends with its exit statuses, and the README's table holds the same words, row by
     row (the import, plan and verify columns)."""
-    from pipelines import cli, plan, verify
-    assert cli.EXIT_STATUS in _help_text(capsys, "--help")
+    from pipelines import command_line, plan, verify
+    assert command_line.EXIT_STATUS in _help_text(capsys, "--help")
     readme = (REPO / "README.md").read_text()
     rows = {line.split("|")[1].strip(): line for line in readme.splitlines() if re.match(r"^\| [0-9]+ \|", line)}
-    for block in (cli.EXIT_STATUS, plan.EXIT_STATUS, verify.EXIT_STATUS):
+    for block in (command_line.EXIT_STATUS, plan.EXIT_STATUS, verify.EXIT_STATUS):
         for code, meaning in _statuses(block).items():
             assert f"| {meaning} |" in rows.get(code, ""), (code, meaning)
-    assert set(_statuses(cli.EXIT_STATUS)) == {"0", "1", "2"}
+    assert set(_statuses(command_line.EXIT_STATUS)) == {"0", "1", "2"}
 
 
 def test_beam_options_pass_the_check(tmp_path):
-    from pipelines import cli
-    cli.check_arguments(["--dataset", "x", "--output", "y", "--runner", "FnApiRunner", "--direct_num_workers=2",
-                         "--project", "p", "--region", "us-central1", "--temp_location", "gs://b/tmp"])
+    from pipelines import command_line
+    command_line.check_arguments(["--dataset", "x", "--output", "y", "--runner", "FnApiRunner",
+                                  "--direct_num_workers=2", "--project", "p", "--region", "us-central1",
+                                  "--temp_location", "gs://b/tmp"])
 
 
 @pytest.mark.parametrize("flag", ["--dataset", "--output"])
@@ -280,7 +281,7 @@ def test_summary_numbers_are_the_manifests(tmp_path, capsys):
 
 def _main(capfd, *argv: str) -> tuple[int, str, str]:
     with pytest.raises(SystemExit) as done:
-        import_lerobot.main(list(argv))
+        cli.main(list(argv))
     out, err = capfd.readouterr()
     return done.value.code, out, err
 
@@ -292,7 +293,7 @@ def test_a_run_prints_nothing_a_user_cannot_act_on(tmp_path, capfd):
     assert code == 0, err
     # (a run longer than 30 s, on a loaded machine, also logs its progress line)
     lines = [line for line in err.splitlines() if not line.startswith("INFO pipelines.progress: progress: [")]
-    assert lines == [f"INFO transforms.write_outputs: episodes file "
+    assert lines == [f"INFO transforms.commit_episodes_files: episodes file "
                                 f"meta/episodes/chunk-000/file-000.parquet of file://{SAMPLE} imported: "
                                 f"4 episodes, 46 frames, 1 parts"], err
     assert out.startswith(f"file://{SAMPLE}: imported - 4/4 episodes")
@@ -322,7 +323,7 @@ def test_library_retries_are_counted_but_not_printed_after_the_command_set_up_lo
     (libraries at ERROR), the Hub reader still counts it (the hub_retries counter) and the terminal shows
     nothing; -v shows it."""
     from pipelines import console
-    from transforms import hub
+    from transforms.base import hub
     hub._count_library_retries()
     retry = logging.getLogger("huggingface_hub.utils._http")
     try:
@@ -365,8 +366,8 @@ def test_beams_notices_on_the_root_logger_show_only_where_beams_own_lines_do(cap
 
 def test_hub_offline_mode_says_so_at_once():
     """HF_HUB_OFFLINE=1: one line naming it, rule hub_unreachable, no retry (it used to retry 5 times, ~17 s)."""
-    code = ("from transforms import hub\n"
-            "from transforms.errors import LeRobotImportError\n"
+    code = ("from transforms.base import hub\n"
+            "from transforms.base.errors import LeRobotImportError\n"
             "try:\n"
             "    hub.pin('hf://datasets/lerobot/svla_so101_pickplace')\n"
             "except LeRobotImportError as ex:\n"
@@ -384,7 +385,7 @@ def test_hub_offline_mode_says_so_at_once():
 def test_a_host_name_that_does_not_resolve_is_not_retried():
     import socket
     httpx = pytest.importorskip("httpx")
-    from transforms import hub
+    from transforms.base import hub
     try:
         try:
             raise socket.gaierror(-2, "Name or service not known")
@@ -417,21 +418,21 @@ def test_default_logging_hides_type_hints_and_http_lines_and_keeps_dataflow_job_
     assert not logging.getLogger("httpx").isEnabledFor(logging.INFO)
     assert not logging.getLogger("huggingface_hub").isEnabledFor(logging.WARNING)
     assert logging.getLogger("apache_beam.runners.dataflow.dataflow_runner").isEnabledFor(logging.INFO)
-    assert logging.getLogger("transforms.write_outputs").isEnabledFor(logging.INFO)
+    assert logging.getLogger("transforms.commit_episodes_files").isEnabledFor(logging.INFO)
     console.configure_logging(-1)
-    assert not logging.getLogger("transforms.write_outputs").isEnabledFor(logging.WARNING)
-    assert logging.getLogger("transforms.write_outputs").isEnabledFor(logging.ERROR)
+    assert not logging.getLogger("transforms.commit_episodes_files").isEnabledFor(logging.WARNING)
+    assert logging.getLogger("transforms.commit_episodes_files").isEnabledFor(logging.ERROR)
 
 
 def test_the_process_ends_as_python_would_without_its_teardown():
-    """`cli.end_process`, how the command's own process ends: it waits for the other threads, runs the exit
+    """`console.end_process`, how the command's own process ends: it waits for the other threads, runs the exit
     handlers and flushes what was printed, then exits with the status (a message: on stderr, status 1)."""
     script = ("import atexit, sys, threading, time\n"
-              "from pipelines import cli\n"
+              "from pipelines import console\n"
               "atexit.register(lambda: print('exit handler ran'))\n"
               "threading.Thread(target=lambda: (time.sleep(0.2), print('thread done'))).start()\n"
               "print('printed, not flushed', end='')\n"
-              "cli.end_process(sys.argv[1] if sys.argv[1].startswith('error') else int(sys.argv[1]))\n")
+              "console.end_process(sys.argv[1] if sys.argv[1].startswith('error') else int(sys.argv[1]))\n")
     for code, status in (("3", 3), ("0", 0), ("error: a message", 1)):
         proc = subprocess.run([sys.executable, "-c", script, code], cwd=REPO, capture_output=True, text=True,
                               env={**os.environ, "PYTHONPATH": str(REPO)})

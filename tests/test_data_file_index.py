@@ -10,7 +10,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from tests.dataset_factory import DatasetSpec, write_dataset
-from transforms import storage
+from transforms.base import storage
 from transforms.lerobot import data_files
 from transforms.lerobot.dataset import read_info
 from transforms.lerobot.episodes_files import EpisodeRow

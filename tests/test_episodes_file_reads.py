@@ -10,8 +10,8 @@ import pyarrow.parquet as pq
 import pytest
 
 from tests.dataset_factory import DatasetSpec, write_dataset
-from transforms import storage
-from transforms.errors import LeRobotImportError
+from transforms.base import storage
+from transforms.base.errors import LeRobotImportError
 from transforms.lerobot import episodes_files
 from transforms.lerobot.dataset import read_info
 

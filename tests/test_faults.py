@@ -18,8 +18,8 @@ from tests import flaky_fs
 from tests.arrow_compare import rows
 from tests.helpers import REPO, corpus_path, output_files, read_errors, run_import
 from tests.dataset_factory import DatasetSpec, edit_info, write_dataset
-from transforms import storage
-from transforms.episode import output as sink
+from transforms.base import storage
+from transforms.output import writes
 from transforms.episode.outcomes import PartResult
 
 
@@ -99,7 +99,7 @@ def test_a_retried_part_write_leaves_no_duplicate_or_partial_part(tmp_path):
                                 lambda f: f.write(good))
     result = PartResult(dataset="d", episodes_file="meta/episodes/chunk-000/file-000.parquet", part=0, num_parts=1,
                         episode_indices=(0, 1), tmp_uri=retried, frames=7, bytes=len(good))
-    outcome = sink.commit_episodes_file("file://" + str(out), "d", "meta/episodes/chunk-000/file-000.parquet",
+    outcome = writes.commit_episodes_file("file://" + str(out), "d", "meta/episodes/chunk-000/file-000.parquet",
                                         [result])
     assert outcome.status == "imported"
     assert final.read_bytes() == good
@@ -170,14 +170,14 @@ def test_templates_leaving_the_root_are_refused_before_any_read(tmp_path):
 def test_an_unexpected_bug_fails_one_episodes_file_not_the_run(tmp_path, monkeypatch):
     """The safety net: an exception no rule foresaw fails its element as rule `internal`; the rest imports."""
     root = write_dataset(tmp_path / "ds", DatasetSpec(lengths=(3, 4, 5, 2), episodes_per_meta_file=2))
-    real = sink.part_table
+    real = writes.part_table
 
     def buggy(info, rows, *args, **kwargs):
         if rows[0].episode_index == 2:
             raise RuntimeError("simulated bug")
         return real(info, rows, *args, **kwargs)
 
-    monkeypatch.setattr(sink, "part_table", buggy)
+    monkeypatch.setattr(writes, "part_table", buggy)
     out = tmp_path / "out"
     assert run_import(root, out) == 1
     errors = read_errors(out)

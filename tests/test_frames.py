@@ -10,7 +10,7 @@ from tests.arrow_compare import rows, schema_signature
 from tests.helpers import OracleError, read_part, run_import, run_oracle
 from tests.dataset_factory import DatasetSpec, write_dataset
 from transforms.lerobot.info import Feature
-from transforms.errors import LeRobotImportError
+from transforms.base.errors import LeRobotImportError
 from transforms.episode.frames import convert_column, index_layout
 
 

@@ -22,7 +22,7 @@ from tests.helpers import copy_dataset, lerobot_dataset, run_import  # noqa: E40
 from tests.test_frames_dataset import _compare, _equal_items, _recorded  # noqa: E402
 from transforms.reader import import_reader, seek  # noqa: E402
 from transforms.reader import episode as episode_module  # noqa: E402
-from transforms.errors import LeRobotImportError  # noqa: E402
+from transforms.base.errors import LeRobotImportError  # noqa: E402
 from transforms.reader.frames import ImportedFrames  # noqa: E402
 
 LENGTHS = [10, 12, 8, 14, 10, 12, 9, 11]

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from tests.fuzz import moov_target
-from transforms.errors import LeRobotImportError
+from transforms.base.errors import LeRobotImportError
 
 CRASHES = sorted((Path(__file__).parent / "fuzz" / "crashes").glob("*"))
 #: The rule and words each reproducer must fail with (the fuzzer's own findings: any clean rule).

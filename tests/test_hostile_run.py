@@ -20,7 +20,7 @@ import fsspec
 import pytest
 
 from tests.helpers import REPO, SAMPLE, copy_dataset, read_errors, read_manifest, run_import
-from transforms.episode import journal
+from transforms.output import journal
 
 FILE0 = "meta/episodes/chunk-000/file-000.parquet"
 
@@ -99,7 +99,7 @@ def test_the_journal_removes_only_the_names_it_writes_and_never_through_a_link(t
 
 
 def test_a_journal_folder_linked_away_mid_run_is_never_written_through(tmp_path):
-    from transforms.errors import LeRobotImportError
+    from transforms.base.errors import LeRobotImportError
 
     out = tmp_path / "out"
     out.mkdir()
@@ -153,8 +153,8 @@ def test_a_record_whose_key_climbs_out_of_the_output_is_dropped_with_a_warning(i
                                      "shard_mismatch", "video_outside"])
 def test_forged_records_never_reach_the_manifest_after_an_interrupt(imported, forgery, caplog):
     """What an interrupted run writes from its journal: only records that pass the manifest's checks."""
-    from pipelines import import_lerobot
-    from transforms.episode import output_state
+    from pipelines import run_control
+    from transforms.output import safety as output_state
 
     dataset, out = imported
     root, options = f"file://{dataset}", _options(out)
@@ -178,7 +178,7 @@ def test_forged_records_never_reach_the_manifest_after_an_interrupt(imported, fo
     name = ("shard-" if docs[forgery]["kind"] == "shard" else "file-") + "d" * 24 + ".json"
     _forge(out, docs[forgery], name)
     with caplog.at_level(logging.WARNING, logger="transforms.episode.journal"):
-        assert import_lerobot._keep_committed(root, f"file://{out}", options, "r", "SIGINT") == 0
+        assert run_control._keep_committed(root, f"file://{out}", options, "r", "SIGINT") == 0
     assert any(f".journal/deadrun/{name} dropped" in r.getMessage() for r in caplog.records), caplog.text
     # nothing was folded, so nothing was written: the output's manifest is as its import wrote it
     found = output_state.read_manifest(f"file://{out}")
@@ -251,7 +251,7 @@ def test_a_gone_wildcard_episodes_file_removes_only_its_own_part_on_an_object_st
 
 
 def test_storage_removes_and_commits_wildcard_names_literally_on_an_object_store():
-    from transforms import storage
+    from transforms.base import storage
 
     fs = fsspec.filesystem("memory")
     try:
@@ -335,7 +335,7 @@ def test_a_failed_import_whose_terminal_is_full_still_exits_1(tmp_path):
 
 
 def test_the_query_helpers_on_an_import_without_parts_say_so(tmp_path):
-    from transforms import query
+    from transforms.reader import query
     from transforms.reader import ReaderError
 
     dataset = copy_dataset(SAMPLE, tmp_path / "so101")
@@ -355,7 +355,7 @@ def test_the_query_helpers_on_an_import_without_parts_say_so(tmp_path):
 @pytest.mark.parametrize("prefix", ['x"; DROP TABLE t; --', "a\x00b", "1abc", "a b", "é", "a" * 65, 7, None])
 def test_a_hostile_view_prefix_is_refused_in_the_projects_words(imported, prefix):
     duckdb = pytest.importorskip("duckdb")
-    from transforms import query
+    from transforms.reader import query
     from transforms.reader import ReaderError
 
     _, out = imported
@@ -386,17 +386,17 @@ def _interrupted_run(dataset: Path, out: Path, capsys, *extra: str) -> tuple[int
 
 
 def test_ctrl_c_before_the_pipeline_starts_is_one_line_and_130(tmp_path, monkeypatch, capsys):
-    from pipelines import import_lerobot
+    from pipelines import run_control
 
     dataset = copy_dataset(SAMPLE, tmp_path / "so101")
     out = tmp_path / "out"
-    real = import_lerobot.safe_targets
+    real = run_control.safe_targets
 
     def safe_targets(config):
         _sigint()
         return real(config)
 
-    monkeypatch.setattr(import_lerobot, "safe_targets", safe_targets)
+    monkeypatch.setattr(run_control, "safe_targets", safe_targets)
     status, lines = _interrupted_run(dataset, out, capsys)
     assert status == 130
     assert lines[-1] == "interrupted by SIGINT before the import started: nothing was written and no lease taken"
@@ -404,7 +404,7 @@ def test_ctrl_c_before_the_pipeline_starts_is_one_line_and_130(tmp_path, monkeyp
 
 
 def test_ctrl_c_as_the_lease_is_taken_releases_it(tmp_path, monkeypatch, capsys):
-    from transforms import lease
+    from transforms.output import lease
 
     dataset = copy_dataset(SAMPLE, tmp_path / "so101")
     out = tmp_path / "out"
@@ -429,7 +429,7 @@ def test_ctrl_c_as_the_lease_is_taken_releases_it(tmp_path, monkeypatch, capsys)
 def test_ctrl_c_while_waiting_for_a_held_lease_ends_the_wait(tmp_path, monkeypatch, capsys):
     import threading
 
-    from transforms import lease
+    from transforms.output import lease
 
     dataset = copy_dataset(SAMPLE, tmp_path / "so101")
     out = tmp_path / "out"
@@ -451,18 +451,18 @@ def test_ctrl_c_while_waiting_for_a_held_lease_ends_the_wait(tmp_path, monkeypat
 
 
 def test_ctrl_c_after_the_summary_is_one_line_and_130(tmp_path, monkeypatch, capsys):
-    from pipelines import import_lerobot
+    from pipelines import report
 
     dataset = copy_dataset(SAMPLE, tmp_path / "so101")
     out = tmp_path / "out"
-    real = import_lerobot.summarize
+    real = report.summarize
 
     def summarize(*args, **kwargs):
         status = real(*args, **kwargs)
         _sigint()
         return status
 
-    monkeypatch.setattr(import_lerobot, "summarize", summarize)
+    monkeypatch.setattr(report, "summarize", summarize)
     status, lines = _interrupted_run(dataset, out, capsys)
     assert status == 130
     assert any(x.startswith(f"file://{dataset}: imported - 4/4 episodes") for x in lines), lines
@@ -475,11 +475,11 @@ def test_ctrl_c_after_the_summary_is_one_line_and_130(tmp_path, monkeypatch, cap
 
 def test_a_swallowed_ctrl_c_is_not_lost(tmp_path, monkeypatch, capsys):
     """A library that catches every exception on the way up does not make the run go on to exit 0."""
-    from pipelines import import_lerobot
+    from pipelines import run_control
 
     dataset = copy_dataset(SAMPLE, tmp_path / "so101")
     out = tmp_path / "out"
-    real = import_lerobot.safe_targets
+    real = run_control.safe_targets
 
     def safe_targets(config):
         try:
@@ -488,7 +488,7 @@ def test_a_swallowed_ctrl_c_is_not_lost(tmp_path, monkeypatch, capsys):
             pass
         return real(config)
 
-    monkeypatch.setattr(import_lerobot, "safe_targets", safe_targets)
+    monkeypatch.setattr(run_control, "safe_targets", safe_targets)
     status, lines = _interrupted_run(dataset, out, capsys)
     assert status == 130 and lines[-1].startswith("interrupted by SIGINT before the import started"), lines
     assert not (out / ".lease.json").exists() and not (out / "manifest.json").exists()

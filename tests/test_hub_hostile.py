@@ -17,7 +17,7 @@ pytest.importorskip("huggingface_hub", reason="the Hub tests need huggingface_hu
 from tests.dataset_factory import DatasetSpec, write_dataset  # noqa: E402
 from tests.helpers import SAMPLE, copy_dataset, read_errors, run_import  # noqa: E402
 from tests.hub_standin import HubStandIn  # noqa: E402
-from transforms import hub, run_limits  # noqa: E402
+from transforms.base import hub, run_limits  # noqa: E402
 
 TOKEN = "hf_hostile_token_8c1d2e3f4a"
 

@@ -23,8 +23,8 @@ from tests.arrow_compare import rows  # noqa: E402
 from tests.dataset_factory import DatasetSpec, write_dataset  # noqa: E402
 from tests.helpers import lerobot_dataset, read_errors, read_manifest, run_import  # noqa: E402
 from tests.hub_standin import HubStandIn  # noqa: E402
-from transforms import hub, storage  # noqa: E402
-from transforms.errors import LeRobotImportError  # noqa: E402
+from transforms.base import hub, storage  # noqa: E402
+from transforms.base.errors import LeRobotImportError  # noqa: E402
 
 SO101 = lerobot_dataset("so101_av1")
 EXCLUDE = ("expected_items/*",)
@@ -247,12 +247,12 @@ def test_rate_limit_server_error_and_timeout_are_retried_and_counted(tmp_path, c
         standin.fail_next("/datasets/test/limited/resolve/*/data/*", 503, times=1)
         standin.fail_next("/datasets/test/limited/resolve/*/meta/episodes/*", None, times=1, delay=1.5)
         before = hub.retry_count()
-        with caplog.at_level(logging.WARNING, logger="transforms.hub"):
+        with caplog.at_level(logging.WARNING, logger="transforms.base.hub"):
             assert run_import("hf://datasets/test/limited", tmp_path / "out") == 0
         statuses = [r.status for r in standin.requests]
     assert statuses.count(429) == 1 and statuses.count(503) == 1
     assert hub.retry_count() - before == 3
-    lines = [r.getMessage() for r in caplog.records if r.name == "transforms.hub"]
+    lines = [r.getMessage() for r in caplog.records if r.name == "transforms.base.hub"]
     assert any("429" in line and "the revision lookup" in line and "test/limited" in line for line in lines)
     assert any("503" in line and "data/chunk-000/file-000.parquet" in line for line in lines)
     assert any("Timeout" in line and "meta/episodes/chunk-000/file-000.parquet" in line for line in lines)

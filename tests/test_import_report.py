@@ -19,9 +19,9 @@ from apache_beam.options.pipeline_options import PipelineOptions
 from tests import mp4_factory as MF
 from tests.dataset_factory import DatasetSpec, edit_episodes, edit_info, write_dataset
 from tests.helpers import read_errors, read_manifest, run_import
-from transforms import write_outputs
+from transforms import finish_datasets
 from transforms.episode import clips
-from transforms.errors import LeRobotImportError
+from transforms.base.errors import LeRobotImportError
 
 CAM = "observation.images.cam"
 MP4 = f"videos/{CAM}/chunk-000/file-000.mp4"
@@ -159,7 +159,7 @@ def test_a_memory_error_while_finishing_still_writes_errors_and_manifest(tmp_pat
     def out_of_memory(root):
         raise MemoryError("simulated while reading meta/info.json")
 
-    monkeypatch.setattr(write_outputs, "info_sha256", out_of_memory)
+    monkeypatch.setattr(finish_datasets, "info_sha256", out_of_memory)
     out = tmp_path / "out"
     assert run_import(root, out) == 1
     errors = read_errors(out)
@@ -172,12 +172,12 @@ def test_a_memory_error_while_finishing_still_writes_errors_and_manifest(tmp_pat
 
 
 def test_a_media_index_part_that_cannot_be_written_fails_the_dataset_not_the_run(tmp_path, h264, monkeypatch):
-    from transforms import media_files
+    from transforms import read_mp4_facts
 
     def full_disk(*args):
         raise OSError(28, "No space left on device")
 
-    monkeypatch.setattr(media_files, "update_media_index_shard", full_disk)
+    monkeypatch.setattr(read_mp4_facts, "update_media_index_shard", full_disk)
     root = _dataset(tmp_path / "ds", h264)
     out = tmp_path / "out"
     assert run_import(root, out) == 1

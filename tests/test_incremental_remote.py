@@ -29,7 +29,7 @@ import storage_emulators
 from tests.dataset_factory import DatasetSpec, edit_info, write_dataset
 from tests.helpers import lerobot_dataset, run_import
 from tests.test_lease import _gcs
-from transforms.lease import LEASE_NAME
+from transforms.output.lease import LEASE_NAME
 
 BACKENDS = {
     "gs": (_gcs, ("gcp_storage_emulator.server", "gcsfs")),

@@ -21,7 +21,7 @@ import pytest
 
 from tests.helpers import SAMPLE, lerobot_dataset, read_errors, read_manifest, run_import
 from tests.hostile_datasets import lfs_pointer_text
-from transforms.errors import LeRobotImportError
+from transforms.base.errors import LeRobotImportError
 from transforms.lerobot.dataset import check_dataset, hf_repo_id
 
 CONVERTER = "python -m lerobot.datasets.v30.convert_dataset_v21_to_v30"

@@ -19,8 +19,8 @@ import pytest
 
 from tests.helpers import SAMPLE
 from tests.hostile_datasets import lfs_pointer_text
-from transforms import storage
-from transforms.errors import MAX_MESSAGE_CHARS, LeRobotImportError, quote
+from transforms.base import storage
+from transforms.base.errors import MAX_MESSAGE_CHARS, LeRobotImportError, quote
 from transforms.lerobot import episodes_files
 from transforms.lerobot.info import TEMPLATE_MAX_WIDTH, parse_info
 

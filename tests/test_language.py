@@ -22,7 +22,7 @@ from transforms.language import columns as lc
 from transforms.language import recipe as rc
 from transforms.language import render, resolvers
 from transforms.language.errors import RecipeError, RenderError
-from transforms.errors import LeRobotImportError
+from transforms.base.errors import LeRobotImportError
 
 ROOT = os.path.join(os.path.dirname(__file__), "data", "lerobot", "language")
 EXPECTED = os.path.join(ROOT, "expected")

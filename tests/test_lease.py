@@ -14,8 +14,9 @@ import fsspec
 import pytest
 
 import storage_emulators
-from transforms import lease, storage
-from transforms.lease import LEASE_NAME, LeaseHeld, LeaseKeeper, LeaseLost, LeaseRecord
+from transforms.output import lease
+from transforms.base import storage
+from transforms.output.lease import LEASE_NAME, LeaseHeld, LeaseKeeper, LeaseLost, LeaseRecord
 
 
 def _clock(start: float = 1_000_000.0):

@@ -19,8 +19,8 @@ import storage_emulators
 from tests.dataset_factory import DatasetSpec, write_dataset
 from tests.helpers import SAMPLE, output_files, read_manifest, run_import
 from tests.test_lease import _gcs
-from transforms import lease
-from transforms.lease import LEASE_NAME
+from transforms.output import lease
+from transforms.output.lease import LEASE_NAME
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -120,7 +120,7 @@ def test_bulk_runs_share_work_a_held_dataset_output_is_skipped(tmp_path, capsys)
 
 
 def test_help_shows_wait_for_lease(capsys):
-    from pipelines.cli import check_arguments, import_help
+    from pipelines.command_line import check_arguments, import_help
     text = import_help()
     assert "--wait_for_lease SECONDS, --wait-for-lease SECONDS" in text
     assert "Default: 0" in text.split("--wait-for-lease SECONDS", 1)[1]

@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 
 import mp4_factory as F
 from transforms.episode import spql_types
-from transforms.errors import LeRobotImportError
+from transforms.base.errors import LeRobotImportError
 from transforms.mp4 import tables
 from transforms.mp4.boxes import HEAD_SIZE, read_moov
 from transforms.mp4.media_index import (NO_TRACK_MESSAGE, media_index_array, parse_media_index, read_media_index,
@@ -657,7 +657,7 @@ def test_read_never_scans_for_the_string_moov(h264_bytes):
 # ---- media_index/ shards: one per MP4 folder, updated in place -------------------------------------------
 
 def test_shard_path_is_the_mp4_folder():
-    from transforms.episode.paths import media_index_shard_path
+    from transforms.output.paths import media_index_shard_path
     assert media_index_shard_path("videos/observation.images.top/chunk-003/file-012.mp4") == \
         "media_index/videos/observation.images.top/chunk-003.parquet"
     assert media_index_shard_path("cam.mp4") == "media_index/_root.parquet"
@@ -665,7 +665,7 @@ def test_shard_path_is_the_mp4_folder():
 
 
 def _index_rows(n: int, version: str = "v1"):
-    from transforms.episode.media_index_table import IndexRow
+    from transforms.output.index_shards import IndexRow
     folder = Path(__file__).parent / "data/lerobot/h264_multi_file/videos/observation.images.top"
     mp4s = sorted(folder.glob("*/*.mp4"))[:n]
     return [IndexRow(f"file:///ds/{i}-{p.parent.name}-{p.name}", p.stat().st_size, version,
@@ -778,9 +778,9 @@ def dataclasses_replace(row, **changes):
 
 
 def _table_module():
-    """transforms.episode.media_index_table (the package exports a function of that name)."""
+    """transforms.output.index_shards (the package exports a function of that name)."""
     import importlib
-    return importlib.import_module("transforms.episode.media_index_table")
+    return importlib.import_module("transforms.output.index_shards")
 
 
 def test_plan_reads_only_new_or_changed_mp4s_and_touches_only_their_shards():

@@ -18,7 +18,7 @@ import pytest
 
 import mp4_factory as F
 from tests.helpers import SAMPLE
-from transforms.errors import LeRobotImportError
+from transforms.base.errors import LeRobotImportError
 from transforms.mp4.limits import DEFAULT_LIMITS, Limits
 from transforms.mp4.media_index import NO_TRACK_MESSAGE, read_media_index, read_media_index_from
 from transforms.mp4.ranges import BytesRangeReader

@@ -1,4 +1,4 @@
-"""Each phase of an import has a deadline (transforms/run_limits.py): a source that is slow on purpose or stuck
+"""Each phase of an import has a deadline (transforms/base/run_limits.py): a source that is slow on purpose or stuck
 ends the phase's piece with rule `deadline`, naming the phase, the piece, what it waited on and the option
 that raises the limit, in bounded time, and the output still gets its manifest; a read stuck inside one
 request ends a local run. Through the CLI, against the loopback Hub stand-in and a local dataset."""
@@ -11,7 +11,7 @@ import time
 import pytest
 
 from tests.helpers import SAMPLE, copy_dataset, read_errors, read_manifest, run_import
-from transforms import run_limits
+from transforms.base import run_limits
 
 
 def _tree(root) -> dict:
@@ -42,7 +42,7 @@ def test_bad_deadline_is_a_usage_error(tmp_path):
 def test_slow_hub_ends_the_phase_by_its_deadline(tmp_path, monkeypatch):
     pytest.importorskip("huggingface_hub", reason="the Hub tests need huggingface_hub: pip install -e '.[test]'")
     from tests.hub_standin import HubStandIn
-    from transforms import hub
+    from transforms.base import hub
     monkeypatch.setattr(hub, "BACKOFF_S", 0.01)
     root = copy_dataset(SAMPLE, tmp_path / "so101")
     out = tmp_path / "out"

@@ -17,17 +17,20 @@ from apache_beam.testing import test_pipeline
 from apache_beam.testing.util import assert_that, equal_to
 
 from tests.dataset_factory import DatasetSpec, edit_episodes, write_dataset
-from transforms import storage, write_outputs
-from transforms.episode import output as sink
+from transforms.base import storage
+from transforms import finish_datasets
+from transforms.output import writes
 from transforms.episode.outcomes import FileOutcome, PartFile, PartResult, failed_file
-from transforms.episode.paths import output_part_path
+from transforms.output.paths import output_part_path
 from transforms.episode.quirks import ClipSpan, WarningRecord
-from transforms.errors import FailureRecord
+from transforms.base.errors import FailureRecord
 from transforms.import_dataset import CheckDatasets, ImportLeRobotDatasets, PlanEpisodesFiles
-from transforms.media_files import ReadMp4Facts
+from transforms.read_mp4_facts import ReadMp4Facts
 from transforms.messages import ClipUse, DatasetReport, FileInputs, ImportConfig, PartInputs, VideoFailure
 from transforms.safety_net import NAMESPACE
-from transforms.write_outputs import CommitEpisodesFiles, FinishDatasets, WriteParts
+from transforms.commit_episodes_files import CommitEpisodesFiles
+from transforms.finish_datasets import FinishDatasets
+from transforms.write_parts import WriteParts
 
 FILE0, FILE1 = "meta/episodes/chunk-000/file-000.parquet", "meta/episodes/chunk-000/file-001.parquet"
 CAM = "observation.images.cam"
@@ -257,7 +260,7 @@ def test_a_commit_that_raises_fails_its_file_as_internal_and_leaves_nothing(tmp_
     def broken(*args, **kwargs):
         raise RuntimeError("the store went away")
 
-    monkeypatch.setattr(sink, "commit_episodes_file", broken)
+    monkeypatch.setattr(writes, "commit_episodes_file", broken)
     with _pipeline() as p:
         outcomes = (p | beam.Create([(("d", FILE0), FileInputs(results=(result,)))]) | CommitEpisodesFiles(config)
                     | beam.FlatMapTuple(lambda root, rep: [(root, o) for o in rep.outcomes]))
@@ -324,7 +327,7 @@ def test_finish_that_raises_still_writes_errors_and_manifest(tmp_path, monkeypat
     def out_of_memory(root):
         raise MemoryError("simulated: info.json too large")
 
-    monkeypatch.setattr(write_outputs, "info_sha256", out_of_memory)
+    monkeypatch.setattr(finish_datasets, "info_sha256", out_of_memory)
     p = _pipeline()
     manifests = _finish_inputs(p, root) | FinishDatasets(config)
     assert_that(manifests | beam.Map(lambda d: (d["status"], d["totals"]["errors"], d["totals"]["episodes"])),
@@ -371,14 +374,14 @@ def test_write_parts_encodes_a_part_while_the_next_read_unit_is_prepared(tmp_pat
     every part is still written and its file committed by its writer."""
     from tests.dataset_factory import DatasetSpec, write_dataset
     from tests.helpers import read_manifest, run_import
-    from transforms import write_outputs
+    from transforms import write_parts
 
     root = write_dataset(tmp_path / "ds", DatasetSpec(lengths=(5, 7, 6, 4), episodes_per_meta_file=1))
     events = []
-    prepare, finish = write_outputs._WriteParts._prepare_part, write_outputs._WriteParts._finish
-    monkeypatch.setattr(write_outputs._WriteParts, "_prepare_part",
+    prepare, finish = write_parts._WriteParts._prepare_part, write_parts._WriteParts._finish
+    monkeypatch.setattr(write_parts._WriteParts, "_prepare_part",
                         lambda self, key, inputs: events.append(("prepare", key[1])) or prepare(self, key, inputs))
-    monkeypatch.setattr(write_outputs._WriteParts, "_finish",
+    monkeypatch.setattr(write_parts._WriteParts, "_finish",
                         lambda self, pending, facts: events.append(("store", pending.key[1])) or finish(
                             self, pending, facts))
     assert run_import(root, tmp_path / "out") == 0

@@ -14,8 +14,8 @@ from pipelines import plan
 from tests.bench.bench_incremental import DATA_BYTES_PER_FRAME, write_metadata_dataset
 from tests.dataset_factory import DATA_PATH, EPISODES_PATH
 from tests.helpers import SAMPLE, copy_dataset, run_import
-from transforms import lease
-from transforms.episode import paths
+from transforms.output import lease
+from transforms.output import paths
 from transforms.lerobot import sources
 
 OPTIONS = plan.output_options(plan.PlanSettings())

@@ -10,7 +10,7 @@ import time
 
 from tests.helpers import lerobot_dataset, read_manifest, run_import
 from pipelines import progress as display
-from transforms import progress
+from transforms.base import live_counts
 
 COUNTS = dict(episodes_files=5, episodes_files_planned=5, episodes_files_done=2, episodes_files_failed=1,
               episodes_planned=300, frames_planned=90_000, episodes=120, frames=36_000, data_bytes=48_000_000,
@@ -24,7 +24,7 @@ def test_the_line_names_files_episodes_frames_bytes_rate_and_time_left():
     planning = dict(COUNTS, episodes_files_planned=3, episodes_files_failed=0)
     assert display.render_line(planning, 75.0) == (  # totals (and so a time left) once every file is planned
         "[1m15s] episodes files 2/5 · episodes 120 · frames 36,000 · data 48.0 MB · MP4 1.2 MB · 480 frames/s")
-    assert display.render_line(dict.fromkeys(progress.KEYS, 0), 0.4) == (
+    assert display.render_line(dict.fromkeys(live_counts.KEYS, 0), 0.4) == (
         "[0s] episodes files 0/0 · episodes 0 · frames 0 · data 0.0 MB · MP4 0.0 MB")
 
 
@@ -74,7 +74,7 @@ def test_counts_arrive_while_episodes_are_read_not_only_at_commits(tmp_path):
 
     def sample():
         while not stop.is_set():
-            samples.append(progress.snapshot())
+            samples.append(live_counts.snapshot())
             time.sleep(0.002)
 
     spy = threading.Thread(target=sample)
@@ -86,7 +86,7 @@ def test_counts_arrive_while_episodes_are_read_not_only_at_commits(tmp_path):
         spy.join()
     assert any(s["frames"] > 0 and s["data_bytes"] > 0 and s["episodes_files_done"] == 0 for s in samples)
     totals = read_manifest(tmp_path / "out")["totals"]
-    final = progress.snapshot()
+    final = live_counts.snapshot()
     assert (final["episodes_files"], final["episodes_files_done"], final["episodes_files_failed"]) == (5, 5, 0)
     assert (final["episodes"], final["frames"]) == (totals["episodes"], totals["frames"]) == (10, 104)
     assert final["frames_planned"] == 104 and final["episodes_planned"] == 10

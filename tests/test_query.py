@@ -1,5 +1,5 @@
 """Querying an import: the README's snippets run as written on the Quick start's output, and what DuckDB and
-Polars answer through `transforms.query` equals what pyarrow answers from the raw records; tensors keep
+Polars answer through `transforms.reader.query` equals what pyarrow answers from the raw records; tensors keep
 their shapes ([2, 3] stays [2, 3]) and clip times stay durations."""
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from tests.helpers import REPO, SAMPLE, lerobot_dataset, run_import
 duckdb = pytest.importorskip("duckdb")
 pl = pytest.importorskip("polars")
 
-from transforms import query  # noqa: E402
+from transforms.reader import query  # noqa: E402
 
 
 def _section(title: str) -> str:
@@ -40,7 +40,7 @@ def sample_import(tmp_path_factory) -> Path:
 
 
 def _truth(out: Path) -> dict:
-    """The answers from the raw Parquet records with pyarrow alone (not transforms.query)."""
+    """The answers from the raw Parquet records with pyarrow alone (not transforms.reader.query)."""
     table = pq.read_table(sorted((out / "episodes").rglob("*.parquet")))
     per_task: dict[str, int] = {}
     for tasks in table["tasks"].to_pylist():

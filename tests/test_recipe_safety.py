@@ -12,7 +12,7 @@ import tracemalloc
 import pytest
 
 from tests.helpers import lerobot_dataset, run_import
-from transforms.errors import LeRobotImportError
+from transforms.base.errors import LeRobotImportError
 from transforms.language.errors import RecipeError
 from transforms.language.recipe import (
     MAX_RECIPE_BYTES,

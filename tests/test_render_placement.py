@@ -73,7 +73,7 @@ def test_render_replaces_its_own_files_whole_and_leaves_the_users(imported, tmp_
 
 
 def test_render_into_an_output_another_render_holds_is_refused(imported, tmp_path, capsys):
-    from transforms import lease
+    from transforms.output import lease
     root, out, _ = imported
     target = tmp_path / "samples"
     assert _render(root, out, target) == 0

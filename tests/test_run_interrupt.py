@@ -27,7 +27,7 @@ import storage_emulators
 from tests.bench.synth_dataset import make_dataset
 from tests.helpers import REPO, run_import
 from tests.test_lease import _gcs
-from transforms import lease
+from transforms.output import lease
 
 FILES = 40  # episodes files of the dataset (2 episodes each, one MP4 per 2 episodes): commits take a while
 LINE = re.compile(r"interrupted by (SIGINT|SIGTERM): (\d+) episodes files? committed before it kept and recorded, "
@@ -177,7 +177,7 @@ def test_interrupt_on_gcs_keeps_committed_files_and_resumes(dataset, references,
 def test_a_stopped_run_finishes_the_output_work_in_progress_and_starts_none():
     """What the command does on a signal before it cleans up (`stopping.stop`): the part or commit in
     progress ends, a step reaching new output work waits there for good (also past a later run's reset)."""
-    from transforms import stopping
+    from transforms.base import stopping
 
     done: list[str] = []
 
@@ -204,7 +204,7 @@ def test_a_stopped_run_finishes_the_output_work_in_progress_and_starts_none():
 def test_part_records_and_claims_are_never_folded(tmp_path):
     """A part recorded but not committed (its file's other parts not written yet) is no commit: the next
     run's fold sees only committed files and shards; clearing removes every record."""
-    from transforms.episode import journal
+    from transforms.output import journal
 
     out, options = f"file://{tmp_path}/out", {"one_part": False}
     journal.record_part(out, run_id="r", episodes_file="meta/episodes/chunk-000/file-000.parquet", part=0,
@@ -228,8 +228,8 @@ def test_part_records_and_claims_are_never_folded(tmp_path):
 def test_the_manifest_an_interrupted_run_writes_is_redacted(tmp_path, monkeypatch):
     """The manifest a stopped run writes from its journal passes the output's one redaction, as the
     finished run's does: a token that ended up in a dataset's own strings is written as ***."""
-    from pipelines import import_lerobot
-    from transforms.episode import journal
+    from pipelines import run_control
+    from transforms.output import journal
 
     token = "hf_abcdefgh12345678"
     monkeypatch.setenv("HF_TOKEN", token)
@@ -237,7 +237,7 @@ def test_the_manifest_an_interrupted_run_writes_is_redacted(tmp_path, monkeypatc
     journal.record_file(out, run_id="r", options=options, dataset=f"hf://datasets/o/n?token={token}",
                         episodes_file="meta/episodes/chunk-000/file-000.parquet",
                         entry={"status": "imported", "parts": ["episodes/chunk-000/file-000.parquet"]})
-    assert import_lerobot._keep_committed(f"hf://datasets/o/n?token={token}", out, options, "r", "SIGINT") == 1
+    assert run_control._keep_committed(f"hf://datasets/o/n?token={token}", out, options, "r", "SIGINT") == 1
     text = (tmp_path / "out" / "manifest.json").read_text()
     assert token not in text and '"dataset": "hf://datasets/o/n?token=***"' in text
     assert json.loads(text)["episodes_files"]["meta/episodes/chunk-000/file-000.parquet"]["status"] == "imported"

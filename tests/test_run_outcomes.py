@@ -1,4 +1,4 @@
-"""What an operator sees of a run, end to end through the command (`import_lerobot.main`, or the CLI in
+"""What an operator sees of a run, end to end through the command (`cli.main`, or the CLI in
 a subprocess where the exit status and stderr are the point): the cause of a failure on the terminal,
 errors.jsonl rows that stay true, nothing written for a root that is not a dataset, one-line errors for
 ordinary mistakes, and stray folders under a bulk glob skipped with a note."""
@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from tests.helpers import REPO, SAMPLE, lerobot_dataset, read_errors
-from pipelines import import_lerobot
+from pipelines import cli
 
 MISSING = "videos/observation.images.top/chunk-000/file-001.mp4"  # episode 3's top camera (and episode 4's)
 
@@ -27,7 +27,7 @@ def _cli(*argv: str, timeout: int = 120) -> subprocess.CompletedProcess:
 
 def _main(*argv: str) -> int:
     with pytest.raises(SystemExit) as raised:
-        import_lerobot.main([*argv, "--runner", "FnApiRunner"])
+        cli.main([*argv, "--runner", "FnApiRunner"])
     return raised.value.code
 
 
@@ -138,7 +138,7 @@ def test_dataflow_without_beams_cloud_libraries_names_the_extra_before_any_lease
     monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "apitools" else real(name, *a))
     out = tmp_path / "out"
     with pytest.raises(SystemExit) as raised:
-        import_lerobot.main(["--dataset", str(SAMPLE), "--output", str(out), "--runner", "DataflowRunner",
+        cli.main(["--dataset", str(SAMPLE), "--output", str(out), "--runner", "DataflowRunner",
                              "--project", "p", "--region", "us-central1", "--temp_location", "gs://b/tmp"])
     assert str(raised.value) == ("error: --runner DataflowRunner needs Beam's Google Cloud libraries, which this "
                                  "install leaves out: pip install 'lerobot-beam-import[dataflow]' "
@@ -149,7 +149,7 @@ def test_dataflow_without_beams_cloud_libraries_names_the_extra_before_any_lease
 def test_dataflow_without_its_options_is_one_line_before_any_lease(tmp_path):
     out = tmp_path / "out"
     with pytest.raises(SystemExit) as raised:
-        import_lerobot.main(["--dataset", str(SAMPLE), "--output", str(out), "--runner", "Dataflow"])
+        cli.main(["--dataset", str(SAMPLE), "--output", str(out), "--runner", "Dataflow"])
     assert str(raised.value) == ("error: --runner Dataflow needs --project, --region, --temp_location (e.g. --project "
                                  "PROJECT --region us-central1 --temp_location gs://BUCKET/tmp)")
     assert not out.exists()  # no lease was taken, nothing written

@@ -19,7 +19,7 @@ import storage_emulators
 from pipelines import verify
 from tests.helpers import lerobot_dataset, run_import
 from tests.test_lease import _gcs
-from transforms.lease import LEASE_NAME
+from transforms.output.lease import LEASE_NAME
 
 SHARD = "media_index/videos/observation.images.top/chunk-002.parquet"  # MP4s of meta/episodes/chunk-002 only
 TRUNCATED = "episodes/chunk-001/file-000.parquet"

@@ -13,7 +13,7 @@ import pytest
 
 from tests.dataset_factory import DatasetSpec, edit_info, write_dataset
 from tests.helpers import SAMPLE, copy_dataset
-from transforms import storage
+from transforms.base import storage
 from transforms.lerobot import sources
 from transforms.lerobot.sources import IMPORT, REMOVED, UNCHANGED
 

@@ -17,8 +17,8 @@ import pytest
 
 from pipelines import plan, verify
 from tests.helpers import imported_sample, read_manifest, run_import
-from transforms import lease
-from transforms.errors import LeRobotImportError
+from transforms.output import lease
+from transforms.base.errors import LeRobotImportError
 
 FRONT_SHARD = "media_index/videos/observation.images.front/chunk-000.parquet"
 
@@ -147,7 +147,7 @@ def test_failed_lease_write_leaves_nothing(tmp_path, monkeypatch):
 
 def test_full_disk_fails_parts_by_rule(case, monkeypatch):
     dataset, out = case
-    from transforms import storage
+    from transforms.base import storage
     real = storage.write_tmp
 
     def full(final_uri, write):
@@ -163,7 +163,7 @@ def test_full_disk_fails_parts_by_rule(case, monkeypatch):
 
 
 def _named(write_tmp, uri, write):
-    from transforms import storage
+    from transforms.base import storage
     try:
         return write_tmp(uri, write)
     except OSError as ex:

@@ -187,7 +187,7 @@ def test_each_broken_group_fails_alone_with_its_rule(h264, tmp_path):
 
 
 def _raises(root: Path, rule: str) -> str:
-    from transforms.errors import LeRobotImportError
+    from transforms.base.errors import LeRobotImportError
     with pytest.raises(LeRobotImportError) as raised:
         check_dataset(str(root))
     assert raised.value.rule == rule, str(raised.value)
@@ -228,7 +228,7 @@ def test_episodes_out_of_order_or_twice_fail_their_group(h264):
     lines = (h264 / "meta" / "episodes.jsonl").read_text().splitlines()
     swapped = lines[:4] + [lines[5], lines[4]] + lines[6:]  # episodes 5 then 4, both of chunk-002
     episodes = v2.parse_episodes_jsonl("\n".join(swapped).encode())
-    from transforms.errors import LeRobotImportError
+    from transforms.base.errors import LeRobotImportError
     with pytest.raises(LeRobotImportError) as raised:
         v2.group_rows(episodes, info, "meta/episodes.jsonl:chunk-002")
     assert (raised.value.rule, raised.value.episode_index, raised.value.file) == (

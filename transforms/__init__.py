@@ -1,18 +1,16 @@
 """lerobot-beam-import: LeRobot v3 datasets as typed episode records, with Apache Beam.
 
-The Beam layer lives in this package's top-level modules (`import_dataset`, `media_files`,
-`write_outputs`, `messages`, `safety_net`, `read_episodes`, `render_samples`); everything below it is
-pure and never imports Beam:
+The Beam layer is this package's top-level modules (the import's steps and the elements they pass);
+everything beneath it is in sub-packages, pure, and never imports Beam. They depend one way, downward:
 
+    transforms.base       the ground floor: errors, storage (fsspec I/O), the Hub, run limits, stopping
     transforms.lerobot    the input format: info.json, episodes files, data-file slices, fingerprints
-    transforms.episode    the record: spql.* types, the episode type, frames, clips, output paths
     transforms.mp4        MP4 media: range reads, the box walk, moov -> MediaIndex
     transforms.language   language annotations, training recipes and their rendering
-    transforms.reader     reading an import back: ImportReader, Episode, frame seeks
+    transforms.episode    the record: spql.* types, the episode type, frames, clips, outcomes
+    transforms.output     the output folder: paths, writes, its state read back, shards, journal, lease
     transforms.quality    data-quality checks of an import's frames, sample times and metadata (findings)
-    transforms.errors, transforms.storage   the shared ground floor (error family, fsspec I/O)
-    transforms.hub        hf://datasets/... roots (ground floor, reached through storage): commits, range reads
-    transforms.lease      a lease on an output root, so overlapping runs never write one output
+    transforms.reader     reading an import back: ImportReader, Episode, frame seeks, ImportedFrames, query
 """
 
 import os as _os

@@ -17,9 +17,10 @@ from typing import Iterable, Optional
 
 import pyarrow as pa
 
-from transforms.episode import paths, spql_types
+from transforms.output import paths
+from transforms.episode import spql_types
 from transforms.episode.clips import VideoFile
-from transforms.episode.media_index_table import ShardOutcome, ShardRecord
+from transforms.output.index_shards import ShardOutcome, ShardRecord
 from transforms.episode.outcomes import FileOutcome, PartResult
 from transforms.episode.quirks import ClipSpan, WarningRecord
 from transforms.lerobot.fingerprint import Fingerprint
@@ -27,9 +28,9 @@ from transforms.lerobot.sources import EpisodesFileSources
 from transforms.lerobot.dataset import read_info
 from transforms.lerobot.info import DatasetInfo
 from transforms.lerobot.episodes_files import DATA_SPAN_LIMIT, EpisodeRow, PartPlan
-from transforms.errors import FailureRecord, LeRobotImportError, rule_of_repr
+from transforms.base.errors import FailureRecord, LeRobotImportError, rule_of_repr
 from transforms.quality import Finding, SampleTimes
-from transforms.run_limits import RunLimits
+from transforms.base.run_limits import RunLimits
 
 #: Internal messages longer than this are cut: an exception's text can hold a whole input.
 MAX_MESSAGE_CHARS = 2000

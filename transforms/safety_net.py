@@ -17,7 +17,7 @@ import apache_beam as beam
 from apache_beam.metrics import Metrics
 from apache_beam.typehints import Any
 
-from transforms import run_limits
+from transforms.base import run_limits
 
 #: The namespace of the import's Beam counters (episodes, frames, bytes read, errors, ...).
 NAMESPACE = "lerobot_import"
@@ -41,7 +41,7 @@ def guarded(dofn: beam.DoFn, *tags: str, main: str, **side_inputs):
 
 
 def in_phase(phase: str, describe: Callable[[Any], str]):
-    """Make a DoFn's `process` one piece of run phase `phase` (`transforms.run_limits`): every read it
+    """Make a DoFn's `process` one piece of run phase `phase` (`transforms.base.run_limits`): every read it
     makes checks the phase's deadline (the DoFn's `_config.limits`), and one past it raises rule
     `deadline`, which the step records as it records any rule. `describe(element)` names the piece
     ("episodes file X of dataset D"). The piece's outputs are handed on once it ends, so the steps Beam

@@ -15,7 +15,7 @@ import argparse
 import sys
 from typing import Optional, Sequence
 
-from pipelines.cli import EXIT_USAGE, UsageError
+from pipelines.console import EXIT_USAGE, UsageError
 from pipelines.console import configure_logging
 from pipelines.import_lerobot import run
 from pipelines.options import ImportOptions

@@ -79,7 +79,7 @@ def _hub(work: Path, hostile: dict, *, pad_mib: int = 0, deadline: float = 0.0, 
     sys.path.insert(0, str(REPO))
     from tests.helpers import SAMPLE, copy_dataset
     from tests.hub_standin import HubStandIn
-    from transforms import hub
+    from transforms.base import hub
     root = copy_dataset(SAMPLE, work / "so101")
     if pad_mib:
         mp4 = sorted(root.glob("videos/*/*/*.mp4"))[0]
@@ -216,7 +216,7 @@ def case_slow_source_phase_deadline(work: Path) -> str:
 
 def case_stuck_read_phase_deadline(work: Path) -> str:
     import threading
-    from transforms import run_limits
+    from transforms.base import run_limits
     from transforms.lerobot import episodes_files
     dataset, out = _setup(work)
     never = threading.Event()
@@ -230,7 +230,7 @@ def case_render_held_output(work: Path) -> str:
     import io
     from pipelines import render_recipes
     from tests.helpers import lerobot_dataset, run_import
-    from transforms import lease
+    from transforms.output import lease
     root = lerobot_dataset("language")
     assert run_import(root, work / "out") == 0
     held = lease.acquire(str(work / "samples"), run_id="another-render")
@@ -379,7 +379,7 @@ def case_interrupt_waiting_for_lease(work: Path) -> str:
     import io
     import threading
     from tests.helpers import SAMPLE, copy_dataset, run_import
-    from transforms import lease
+    from transforms.output import lease
     sys.path.insert(0, str(REPO))
     dataset = copy_dataset(SAMPLE, work / "so101")
     out = work / "out"
@@ -401,7 +401,7 @@ def case_interrupt_waiting_for_lease(work: Path) -> str:
 def case_query_no_parts_and_hostile_prefix(work: Path) -> str:
     import duckdb
     from tests.helpers import SAMPLE, copy_dataset, run_import
-    from transforms import query
+    from transforms.reader import query
     from transforms.reader import ReaderError
     dataset = copy_dataset(SAMPLE, work / "so101")
     (dataset / "data" / "chunk-000" / "file-000.parquet").write_bytes(b"broken")

@@ -170,7 +170,7 @@ def bench_plan(root: Path, out: Path, episodes: int, per_meta: int) -> None:
 def _fake_import(out: Path, first) -> None:
     """A manifest as an incremental import of `first` would leave it, and its parts (empty: only their presence
     is checked when no size is recorded)."""
-    from transforms.episode.paths import MEDIA_INDEX_LAYOUT
+    from transforms.output.paths import MEDIA_INDEX_LAYOUT
     files = {}
     for f in first.files:
         src = f.sources

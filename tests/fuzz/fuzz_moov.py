@@ -41,7 +41,7 @@ REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 
 with atheris.instrument_imports(include=["transforms"]):
-    from transforms.errors import LeRobotImportError
+    from transforms.base.errors import LeRobotImportError
     from transforms.mp4.arrow import media_index_array
     from tests.fuzz import moov_target
 

@@ -17,7 +17,7 @@ from transforms.episode import episode_type
 from transforms.episode import spql_types
 from transforms.lerobot.info import DatasetInfo
 from transforms.lerobot.episodes_files import EpisodeRow
-from transforms.errors import LeRobotImportError
+from transforms.base.errors import LeRobotImportError
 
 #: The largest time in seconds whose nanoseconds fit in an int64 (about 292 years).
 MAX_SECONDS = float(2 ** 63 - 1024) / 1e9

@@ -13,7 +13,7 @@ import pyarrow as pa
 from transforms.language import columns as language_columns
 from transforms.episode import spql_types
 from transforms.lerobot.info import DatasetInfo, Feature
-from transforms.errors import LeRobotImportError
+from transforms.base.errors import LeRobotImportError
 
 TENSOR_METADATA_KEY = b"spiraldb:tensor:metadata"
 

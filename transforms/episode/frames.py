@@ -19,7 +19,7 @@ from transforms.episode import spql_types
 from transforms.lerobot.data_files import IndexLayout, SliceBatch, index_layout  # noqa: F401  (re-exported)
 from transforms.lerobot.episodes_files import EpisodeRow
 from transforms.lerobot.info import DatasetInfo, Feature
-from transforms.errors import LeRobotImportError
+from transforms.base.errors import LeRobotImportError
 
 K = TypeVar("K")
 #: An episode's typed frames, or the error that stops it.

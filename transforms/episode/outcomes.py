@@ -2,7 +2,7 @@
 account for every episode of a file that did not import.
 
 Plain frozen records: the Beam layer passes them between its steps, and the output writer
-(`transforms.episode.output`) turns them into files, errors.jsonl rows and manifest entries.
+(`transforms.output.writes`) turns them into files, errors.jsonl rows and manifest entries.
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import dataclasses
 from collections import Counter
 from typing import Any, Optional, Sequence
 
-from transforms.errors import FailureRecord, LeRobotImportError
+from transforms.base.errors import FailureRecord, LeRobotImportError
 
 
 @dataclasses.dataclass(frozen=True)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Optional
 
-from transforms.errors import LeRobotImportError
+from transforms.base.errors import LeRobotImportError
 
 
 class RecipeError(LeRobotImportError, ValueError):

@@ -22,8 +22,8 @@ from typing import Any, Mapping, Optional, Sequence, Union
 
 import yaml
 
-from transforms import storage
-from transforms.errors import quote
+from transforms.base import storage
+from transforms.base.errors import quote
 from transforms.language.errors import RecipeError
 from transforms.language.resolvers import DEFAULT_BINDINGS, ResolverSpec, parse_resolver
 

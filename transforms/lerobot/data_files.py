@@ -17,10 +17,10 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from transforms import storage
+from transforms.base import storage
 from transforms.lerobot.info import DatasetInfo
 from transforms.lerobot.episodes_files import EpisodeRow, RowGroupLayout, check_unique_columns, leaf_columns
-from transforms.errors import LeRobotImportError
+from transforms.base.errors import LeRobotImportError
 
 K = TypeVar("K")
 #: Row groups read together: at most this many uncompressed bytes, so a worker's memory is bounded

@@ -17,8 +17,8 @@ import posixpath
 import re
 from typing import Optional
 
-from transforms import storage
-from transforms.errors import LeRobotImportError
+from transforms.base import storage
+from transforms.base.errors import LeRobotImportError
 from transforms.lerobot import v2
 from transforms.lerobot.info import CONVERTER, EPISODES_DIR, INFO_JSON_MAX_BYTES, INFO_PATH, DatasetInfo, parse_info
 

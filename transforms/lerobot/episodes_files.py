@@ -16,9 +16,9 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from transforms import storage
+from transforms.base import storage
 from transforms.lerobot.info import DatasetInfo
-from transforms.errors import LeRobotImportError, quote, shorten
+from transforms.base.errors import LeRobotImportError, quote, shorten
 from transforms.lerobot.span import DATA_SPAN_LIMIT  # noqa: F401 - the rule's limit, exported here as before
 #: Rows (episodes) per episodes file. LeRobot starts a new episodes file at about 100 MB, and a row with
 #: its per-feature statistics takes kilobytes, so real files hold thousands to tens of thousands.

@@ -7,7 +7,7 @@ import dataclasses
 import hashlib
 from typing import Any, Optional
 
-from transforms import storage
+from transforms.base import storage
 
 #: Folders whose files decide an import's output (info.json is under meta/).
 SOURCE_DIRS = ("meta", "data", "videos")

@@ -13,7 +13,7 @@ from __future__ import annotations
 import re
 from typing import Collection, Optional
 
-from transforms import storage
+from transforms.base import storage
 
 #: At most this many sibling folders are tried per level (each costs a request on remote storage).
 MAX_SIBLINGS = 32

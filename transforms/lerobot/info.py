@@ -15,7 +15,7 @@ import math
 import re
 from typing import Any, Optional
 
-from transforms.errors import LeRobotImportError, quote, shorten
+from transforms.base.errors import LeRobotImportError, quote, shorten
 
 NUMERIC_DTYPES = ("float16", "float32", "float64", "int8", "int16", "int32", "int64",
                   "uint8", "uint16", "uint32", "uint64")

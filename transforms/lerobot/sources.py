@@ -25,8 +25,8 @@ from typing import Any, Iterable, Iterator, Mapping, Optional, Sequence
 
 import fsspec
 
-from transforms import storage
-from transforms.errors import LeRobotImportError
+from transforms.base import storage
+from transforms.base.errors import LeRobotImportError
 from transforms.lerobot import v2
 from transforms.lerobot.episodes_files import EpisodeRow, read_episodes_file
 from transforms.lerobot.fingerprint import SOURCE_DIRS, VERSION_KEYS
@@ -39,7 +39,7 @@ IMPORT, UNCHANGED, REMOVED = "import", "unchanged", "removed"
 #: Manifest statuses of an episodes file whose output is complete and current for its recorded sources.
 GOOD_STATUSES = ("imported", "unchanged")
 #: The status a run gives, in the manifest it decides from, an episodes file whose output it found damaged
-#: (`transforms.episode.damage`): imported again, for `DAMAGED_REASON`.
+#: (`transforms.output.damage`): imported again, for `DAMAGED_REASON`.
 DAMAGED, DAMAGED_REASON = "damaged", "output damaged"
 #: Episodes files fetched at once from an object store.
 READ_THREADS = 16

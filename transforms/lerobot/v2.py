@@ -40,8 +40,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.json as pa_json
 
-from transforms import storage
-from transforms.errors import LeRobotImportError, quote, shorten
+from transforms.base import storage
+from transforms.base.errors import LeRobotImportError, quote, shorten
 from transforms.lerobot.episodes_files import EpisodeRow, VideoSlice, check_order
 from transforms.lerobot.fingerprint import VERSION_KEYS
 from transforms.lerobot.info import DatasetInfo

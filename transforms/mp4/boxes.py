@@ -18,8 +18,8 @@ import dataclasses
 import struct
 from typing import Optional
 
-from transforms import storage
-from transforms.errors import LeRobotImportError
+from transforms.base import storage
+from transforms.base.errors import LeRobotImportError
 from transforms.mp4.limits import DEFAULT_LIMITS, Limits, limit_error
 from transforms.mp4.ranges import RangeReader, read_range
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from transforms.errors import LeRobotImportError
+from transforms.base.errors import LeRobotImportError
 
 
 @dataclasses.dataclass(frozen=True)

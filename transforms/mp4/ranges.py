@@ -17,8 +17,8 @@ from typing import Any, Optional, Protocol, Sequence
 
 from fsspec.implementations.local import LocalFileSystem
 
-from transforms import storage
-from transforms.errors import LeRobotImportError
+from transforms.base import storage
+from transforms.base.errors import LeRobotImportError
 
 __all__ = ["ReadStats", "RangeReader", "BytesRangeReader", "FsspecRangeReader", "LocalRangeReader", "open_fsspec",
            "open_uri", "read_range"]

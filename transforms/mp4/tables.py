@@ -24,7 +24,7 @@ from typing import Optional
 
 import numpy as np
 
-from transforms.errors import LeRobotImportError
+from transforms.base.errors import LeRobotImportError
 from transforms.mp4.boxes import Box, BoxWalk, fourcc, full_box, parse_box_header
 from transforms.mp4.limits import DEFAULT_LIMITS, Limits, limit_error
 

@@ -15,12 +15,12 @@ from typing import Iterable, Optional, Sequence
 
 import numpy as np
 
-from transforms import storage
+from transforms.base import storage
 from transforms.episode import frames as frames_lib
-from transforms.errors import LeRobotImportError
-from transforms.lerobot import data_files, v2
-from transforms.lerobot import episodes_files as episodes_metadata
+from transforms.base.errors import LeRobotImportError
+from transforms.lerobot import data_files
 from transforms.lerobot.dataset import check_dataset
+from transforms.lerobot.layouts import read_unit_rows
 from transforms.lerobot.info import INDEXED_CODECS, INFO_PATH, DatasetInfo
 from transforms.mp4 import arrow as mp4_arrow
 from transforms.quality.dataset_checks import dataset_totals, info_document
@@ -116,10 +116,7 @@ def check_dataset_quality(root: str, *, strict: frozenset[str] = frozenset(), sk
 def _rows(root: str, rel: str, info: DatasetInfo):
     """(episodes file, its rows or None, the problem reading them)."""
     try:
-        if v2.is_group(rel):  # a group of a v2.x dataset's episodes
-            return rel, v2.group_rows(v2.load_episodes(root), info, rel), None
-        raw = storage.read_bytes(storage.dataset_file(root, rel), what="episodes file", file=rel)
-        return rel, episodes_metadata.read_episode_rows(raw, info, file=rel), None
+        return rel, read_unit_rows(root, rel, info), None
     except LeRobotImportError as ex:
         return rel, None, Problem(rel, ex.episode_index, ex.file or rel, ex.rule, ex.message)
 

@@ -262,9 +262,3 @@ def episode_tasks(ctx: EpisodeContext, tasks: Optional[Sequence[str]]) -> list[F
 def _quoted(values: Sequence[str], limit: int = 3) -> str:
     shown = ", ".join(repr(v if len(v) <= 80 else v[:80] + "…") for v in values[:limit])
     return f"[{shown}{', ...' if len(values) > limit else ''}]"
-
-
-def check_episode(ctx: EpisodeContext, tasks: Optional[Sequence[str]]) -> list[Finding]:
-    """Every frame check of one episode."""
-    return (timestamp_grid(ctx) + timestamp_steps(ctx) + non_finite(ctx) + frozen_feature(ctx) + episode_rows(ctx)
-            + episode_tasks(ctx, tasks))

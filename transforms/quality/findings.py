@@ -1,4 +1,5 @@
-"""The data-quality checks' names, severities and findings, the per-episode table and the manifest summary.
+"""The data-quality checks' findings and severities, the per-episode table and the manifest summary (the
+checks themselves, their names and descriptions: `transforms.quality.checks`).
 
 A finding is one check that one episode (or one episodes file, or the dataset) fails, with the feature
 concerned, how many frames (or values) it touches, the first frame and a one-line detail. Every check is a
@@ -17,23 +18,7 @@ import pyarrow.parquet as pq
 WARNING = "warning"
 ERROR = "error"
 
-#: check name -> what it finds. The names are stable: they are what the table's `check` column, the
-#: manifest's `quality.checks` and `--strict` hold.
-CHECKS: dict[str, str] = {
-    "timestamp_grid": "a frame's timestamp is more than 1e-4 s off frame_index / fps",
-    "timestamp_steps": "consecutive timestamps are not 1/fps apart (dropped or duplicated frames)",
-    "video_samples": "a camera has no video sample within 1e-4 s of a frame's time (from_timestamp + timestamp)",
-    "dataset_totals": "info.json's total_episodes, total_frames or splits disagree with the episodes files",
-    "episode_tasks": "an episode's tasks differ from the tasks its frames' task_index name",
-    "undeclared_columns": "a data file holds columns info.json does not declare (they are not imported)",
-    "non_finite": "a numeric feature holds NaN or infinite values",
-    "frozen_feature": "a numeric feature holds one value (every dimension) through a whole episode",
-    "episode_rows": "an episode's rows do not match its length: another episode_index, or frame_index not 0..length-1",
-}
-
-#: Checks whose findings LeRobot's own loader refuses (it asks each camera for the frame at from_timestamp +
-#: timestamp, within 1e-4 s, and checks the timestamps against the fps).
-LEROBOT_BLOCKING = frozenset({"timestamp_grid", "video_samples"})
+#: What a finding of a check LeRobot's loader refuses (`checks.LEROBOT_BLOCKING`) adds.
 REFUSED = "LeRobot's loader will refuse this dataset"
 
 #: The table each `quality/...parquet` file holds.
@@ -68,22 +53,6 @@ class Finding:
     def sort_key(self) -> tuple:
         return (self.episodes_file or "", -1 if self.episode_index is None else self.episode_index, self.check,
                 self.feature or "", self.detail)
-
-
-def parse_strict(value: Optional[str]) -> frozenset[str]:
-    """The checks `--strict NAME,...` (or `all`) makes errors.
-
-    Raises:
-        ValueError: a name that is no check, saying which ones are.
-    """
-    names = {n.strip() for n in (value or "").split(",") if n.strip()}
-    if "all" in names:
-        return frozenset(CHECKS)
-    unknown = sorted(names - set(CHECKS))
-    if unknown:
-        raise ValueError(f"--strict names unknown check(s) {', '.join(unknown)}; the checks are: "
-                         f"{', '.join(CHECKS)} (or all)")
-    return frozenset(names)
 
 
 def with_severity(findings: Iterable[Finding], strict: Iterable[str]) -> list[Finding]:

@@ -12,12 +12,12 @@ import pyarrow as pa
 from transforms.lerobot.episodes_files import EpisodeRow
 from transforms.lerobot.info import DatasetInfo
 from transforms.lerobot.tasks import read_tasks as read_dataset_tasks
-from transforms.errors import LeRobotImportError
+from transforms.base.errors import LeRobotImportError
 from transforms.quality import dataset_checks
-from transforms.quality.episode_checks import EpisodeContext, FeaturePlan, check_episode
+from transforms.quality.checks import check_episode, suspects
+from transforms.quality.episode_checks import EpisodeContext, FeaturePlan
 from transforms.quality.findings import Finding, with_severity
-from transforms.quality.screen import suspects
-from transforms.quality.video_checks import SampleTimes, video_samples
+from transforms.quality.video_checks import SampleTimes
 
 
 def check_part(dataset: str, episodes_file: str, info: DatasetInfo, rows: Sequence[EpisodeRow],
@@ -47,9 +47,7 @@ def check_part(dataset: str, episodes_file: str, info: DatasetInfo, rows: Sequen
         if not flagged:
             continue
         ctx = EpisodeContext(dataset, episodes_file, row, episode, info, plan)
-        found += check_episode(ctx, tasks)
-        if samples:
-            found += video_samples(ctx, samples)
+        found += check_episode(ctx, tasks, samples)
     first_reader: dict[str, int] = {}
     for row in rows:
         first_reader.setdefault(row.data_file, row.episode_index)

@@ -1,11 +1,16 @@
-"""Which episodes of a part may have a finding: every frame check at once over the part's frames (numpy over
-the concatenated columns, per-episode answers by `bincount`), so a clean part costs a few array passes, not a
-few dozen numpy calls per episode. The episodes it names are then checked one by one (`check_episode`,
-`video_samples`), which words the findings; the predicates here are the same ones, so nothing is missed.
+"""Which episodes of a part may have a finding, check by check: each screen runs over the part's frames at
+once (numpy over the concatenated columns, per-episode answers by `bincount`), so a clean part costs a few
+array passes, not a few dozen numpy calls per episode. The episodes a screen names are then checked one by
+one (the per-episode checks, which word the findings); each screen uses its check's own predicate, so
+nothing is missed (`tests/test_quality_registry.py` runs both over the same cases).
+
+A screen takes a `PartFrames` and returns a bool per episode. A column with nulls cannot be screened: every
+episode is then named, and the per-episode check decides.
 """
 
 from __future__ import annotations
 
+import functools
 from typing import Mapping, Optional, Sequence
 
 import numpy as np
@@ -17,10 +22,8 @@ from transforms.quality.episode_checks import TOLERANCE_S, FeaturePlan
 from transforms.quality.video_checks import SampleTimes, _nearest_distance
 
 
-def suspects(info: DatasetInfo, rows: Sequence[EpisodeRow], frames: Sequence[pa.StructArray], plan: FeaturePlan,
-             *, tasks: Optional[Sequence[str]] = None,
-             samples: Optional[Mapping[str, SampleTimes]] = None) -> np.ndarray:
-    """A bool per episode (`rows[i]` with typed `frames[i]`): True where some check may find something.
+class PartFrames:
+    """The typed frames of a part's episodes, concatenated once and shared by every screen.
 
     Args:
         info: the dataset's info.json.
@@ -30,99 +33,177 @@ def suspects(info: DatasetInfo, rows: Sequence[EpisodeRow], frames: Sequence[pa.
         tasks: meta/tasks.parquet's tasks in row order, or None.
         samples: per MP4, its sample times around these episodes' clips.
     """
-    n = len(rows)
-    lengths = np.fromiter((len(f) for f in frames), np.int64, n)
-    total = int(lengths.sum())
-    flagged = np.zeros(n, bool)
-    if n == 0 or total == 0:
-        return flagged
-    starts = np.concatenate(([0], np.cumsum(lengths)[:-1]))
-    episode_of = np.repeat(np.arange(n), lengths)
 
-    def mark(frame_mask: np.ndarray, where: Optional[np.ndarray] = None) -> None:
-        hits = (episode_of if where is None else where)[frame_mask]
+    def __init__(self, info: DatasetInfo, rows: Sequence[EpisodeRow], frames: Sequence[pa.StructArray],
+                 plan: FeaturePlan, *, tasks: Optional[Sequence[str]] = None,
+                 samples: Optional[Mapping[str, SampleTimes]] = None) -> None:
+        self.info, self.rows, self.frames, self.plan = info, rows, frames, plan
+        self.tasks, self.samples = tasks, samples
+        self.n = len(rows)
+        self.lengths = np.fromiter((len(f) for f in frames), np.int64, self.n)
+        self.total = int(self.lengths.sum())
+        self.starts = np.concatenate(([0], np.cumsum(self.lengths)[:-1])) if self.n else np.zeros(0, np.int64)
+        self.episode_of = np.repeat(np.arange(self.n), self.lengths)
+
+    def none(self) -> np.ndarray:
+        return np.zeros(self.n, bool)
+
+    def every(self) -> np.ndarray:
+        return np.ones(self.n, bool)
+
+    def flag(self, frame_mask: np.ndarray, where: Optional[np.ndarray] = None) -> np.ndarray:
+        """The episodes holding a frame of `frame_mask` (`where`: each masked position's episode)."""
+        flagged = self.none()
+        hits = (self.episode_of if where is None else where)[frame_mask]
         if len(hits):
             flagged[np.unique(hits)] = True
+        return flagged
 
-    def column(name: str) -> Optional[pa.Array]:
-        joined = pa.concat_arrays([f.field(name) for f in frames])
+    def column(self, name: str) -> Optional[pa.Array]:
+        """A frame feature over the whole part, or None when it holds nulls (it cannot be screened)."""
+        return self._columns(name)
+
+    @functools.lru_cache(maxsize=None)  # noqa: B019 - one PartFrames per part, dropped with it
+    def _columns(self, name: str) -> Optional[pa.Array]:
+        joined = pa.concat_arrays([f.field(name) for f in self.frames])
         return None if joined.null_count else joined
 
-    fps = info.fps
-    ts = frame_index = None
-    if "timestamp" in plan.names:
-        joined = column("timestamp")
-        ts = None if joined is None else joined.to_numpy(zero_copy_only=False)
-        if ts is None:
-            flagged[:] = True
-    if "frame_index" in plan.names:
-        joined = column("frame_index")
+    @functools.cached_property
+    def timestamps(self) -> Optional[np.ndarray]:
+        joined = self.column("timestamp") if "timestamp" in self.plan.names else None
+        return None if joined is None else joined.to_numpy(zero_copy_only=False)
+
+    @functools.cached_property
+    def frame_index(self) -> Optional[np.ndarray]:
+        joined = self.column("frame_index") if "frame_index" in self.plan.names else None
+        return None if joined is None else joined.to_numpy(zero_copy_only=False).astype(np.int64, copy=False)
+
+    @functools.cached_property
+    def positions(self) -> np.ndarray:
+        """Each frame's position in its episode."""
+        return np.arange(self.total) - self.starts[self.episode_of]
+
+    @property
+    def empty(self) -> bool:
+        return self.n == 0 or self.total == 0
+
+
+def timestamp_grid(part: PartFrames) -> np.ndarray:
+    fps = part.info.fps
+    if "timestamp" not in part.plan.names:
+        return part.none()
+    ts = part.timestamps
+    if ts is None:
+        return part.every()
+    if not fps or fps <= 0:
+        return part.none()
+    where = part.frame_index if part.frame_index is not None else part.positions
+    dtype = ts.dtype if np.issubdtype(ts.dtype, np.floating) else np.dtype(np.float64)
+    expected = (where / fps).astype(dtype).astype(np.float64)
+    return part.flag(~(np.abs(ts.astype(np.float64) - expected) <= TOLERANCE_S))
+
+
+def timestamp_steps(part: PartFrames) -> np.ndarray:
+    fps = part.info.fps
+    if "timestamp" not in part.plan.names:
+        return part.none()
+    ts = part.timestamps
+    if ts is None:
+        return part.every()
+    if not fps or fps <= 0 or part.total < 2:
+        return part.none()
+    values = ts.astype(np.float64)
+    spacing = np.spacing(np.abs(ts[1:])).astype(np.float64) if np.issubdtype(ts.dtype, np.floating) else 0.0
+    within = part.episode_of[1:] == part.episode_of[:-1]
+    return part.flag(within & ~(np.abs(np.diff(values) - 1.0 / fps) <= TOLERANCE_S + 2 * spacing),
+                     part.episode_of[1:])
+
+
+def episode_rows(part: PartFrames) -> np.ndarray:
+    flagged = part.none()
+    if "frame_index" in part.plan.names:
+        if part.frame_index is None:
+            return part.every()
+        flagged |= part.flag(part.frame_index != part.positions)
+    if "episode_index" in part.plan.names:
+        joined = part.column("episode_index")
         if joined is None:
-            flagged[:] = True
-        else:
-            frame_index = joined.to_numpy(zero_copy_only=False).astype(np.int64, copy=False)
-            mark(frame_index != np.arange(total) - starts[episode_of])
-    if ts is not None and fps and fps > 0:
-        where = frame_index if frame_index is not None else np.arange(total) - starts[episode_of]
-        dtype = ts.dtype if np.issubdtype(ts.dtype, np.floating) else np.dtype(np.float64)
-        expected = (where / fps).astype(dtype).astype(np.float64)
-        values = ts.astype(np.float64)
-        mark(~(np.abs(values - expected) <= TOLERANCE_S))
-        if total > 1:
-            spacing = np.spacing(np.abs(ts[1:])).astype(np.float64) if np.issubdtype(ts.dtype, np.floating) else 0.0
-            within = episode_of[1:] == episode_of[:-1]
-            mark(within & ~(np.abs(np.diff(values) - 1.0 / fps) <= TOLERANCE_S + 2 * spacing), episode_of[1:])
-    if "episode_index" in plan.names:
-        joined = column("episode_index")
-        if joined is None:
-            flagged[:] = True
-        else:
-            own = np.fromiter((r.episode_index for r in rows), np.int64, n)
-            mark(joined.to_numpy(zero_copy_only=False).astype(np.int64, copy=False) != own[episode_of])
-    for feature in plan.numerics:
-        joined = column(feature.name)
-        if joined is None:
-            flagged[:] = True
-            continue
-        storage = joined.storage if isinstance(joined, pa.ExtensionArray) else joined
-        width = storage.type.list_size if pa.types.is_fixed_size_list(storage.type) else 1
-        values = (storage.flatten() if width > 1 or pa.types.is_fixed_size_list(storage.type) else storage)
-        values = values.to_numpy(zero_copy_only=False).reshape(total, width)
-        if feature.dtype.startswith("float"):
-            mark(~np.isfinite(values).all(axis=1))
-        moved = ~(values == values[starts][episode_of]).all(axis=1)
-        still = np.bincount(episode_of[moved], minlength=n) == 0
-        flagged |= still & (lengths >= 2)
-    if tasks is not None and "task_index" in plan.names:
-        _screen_tasks(rows, column("task_index"), episode_of, len(tasks), tasks, flagged)
-    if samples:
-        if ts is not None:
-            _screen_videos(rows, ts.astype(np.float64), episode_of, samples, flagged)
-        elif frame_index is not None and fps:
-            _screen_videos(rows, frame_index / fps, episode_of, samples, flagged)
+            return part.every()
+        own = np.fromiter((r.episode_index for r in part.rows), np.int64, part.n)
+        flagged |= part.flag(joined.to_numpy(zero_copy_only=False).astype(np.int64, copy=False)
+                             != own[part.episode_of])
     return flagged
 
 
-def _screen_tasks(rows: Sequence[EpisodeRow], joined: Optional[pa.Array], episode_of: np.ndarray, count: int,
-                  tasks: Sequence[str], flagged: np.ndarray) -> None:
+def _feature_values(part: PartFrames, name: str) -> Optional[np.ndarray]:
+    """A numeric feature as (frames, dims), None when it holds nulls."""
+    joined = part.column(name)
     if joined is None:
-        flagged[:] = True
-        return
+        return None
+    storage = joined.storage if isinstance(joined, pa.ExtensionArray) else joined
+    width = storage.type.list_size if pa.types.is_fixed_size_list(storage.type) else 1
+    values = storage.flatten() if pa.types.is_fixed_size_list(storage.type) else storage
+    return values.to_numpy(zero_copy_only=False).reshape(part.total, width)
+
+
+def non_finite(part: PartFrames) -> np.ndarray:
+    flagged = part.none()
+    for feature in part.plan.floats:
+        values = _feature_values(part, feature.name)
+        if values is None:
+            return part.every()
+        flagged |= part.flag(~np.isfinite(values).all(axis=1))
+    return flagged
+
+
+def frozen_feature(part: PartFrames) -> np.ndarray:
+    flagged = part.none()
+    for feature in part.plan.numerics:
+        values = _feature_values(part, feature.name)
+        if values is None:
+            return part.every()
+        moved = ~(values == values[part.starts][part.episode_of]).all(axis=1)
+        still = np.bincount(part.episode_of[moved], minlength=part.n) == 0
+        flagged |= still & (part.lengths >= 2)
+    return flagged
+
+
+def episode_tasks(part: PartFrames) -> np.ndarray:
+    tasks = part.tasks
+    if tasks is None or "task_index" not in part.plan.names:
+        return part.none()
+    joined = part.column("task_index")
+    if joined is None:
+        return part.every()
+    flagged = part.none()
+    count = len(tasks)
     index = joined.to_numpy(zero_copy_only=False).astype(np.int64, copy=False)
+    episode_of = part.episode_of
     unknown = (index < 0) | (index >= count)
     if unknown.any():
         flagged[np.unique(episode_of[unknown])] = True
     pairs = np.unique(episode_of[~unknown] * max(count, 1) + index[~unknown])
     episodes, used = pairs // max(count, 1), pairs % max(count, 1)
-    bounds = np.searchsorted(episodes, np.arange(len(rows) + 1))
-    for i, row in enumerate(rows):
+    bounds = np.searchsorted(episodes, np.arange(part.n + 1))
+    for i, row in enumerate(part.rows):
         named = {tasks[int(k)] for k in used[bounds[i]:bounds[i + 1]]}
         if named and named != set(row.tasks):
             flagged[i] = True
+    return flagged
 
 
-def _screen_videos(rows: Sequence[EpisodeRow], offsets: np.ndarray, episode_of: np.ndarray,
-                   samples: Mapping[str, SampleTimes], flagged: np.ndarray) -> None:
+def video_samples(part: PartFrames) -> np.ndarray:
+    flagged = part.none()
+    if not part.samples:
+        return flagged
+    fps = part.info.fps
+    if part.timestamps is not None:
+        offsets = part.timestamps.astype(np.float64)
+    elif part.frame_index is not None and fps:
+        offsets = part.frame_index / fps
+    else:
+        return flagged
+    rows, episode_of, samples = part.rows, part.episode_of, part.samples
     cameras = len(rows[0].videos) if rows else 0
     for k in range(cameras):
         files = [r.videos[k].file if len(r.videos) > k else None for r in rows]
@@ -146,3 +227,4 @@ def _screen_videos(rows: Sequence[EpisodeRow], offsets: np.ndarray, episode_of: 
             hits = episode_of[mine][bad]
             if len(hits):
                 flagged[np.unique(hits)] = True
+    return flagged

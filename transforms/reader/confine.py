@@ -22,8 +22,8 @@ import json
 import threading
 from typing import Mapping, Optional, Sequence
 
-from transforms import storage
-from transforms.errors import LeRobotImportError
+from transforms.base import storage
+from transforms.base.errors import LeRobotImportError
 from transforms.reader.seek import ReaderError
 
 __all__ = ["Relocation", "confined", "part_uri", "relocation"]

@@ -52,8 +52,8 @@ from typing import Any, Callable, Mapping, Optional, Sequence
 import numpy as np
 import pyarrow as pa
 
-from transforms import storage
-from transforms.errors import LeRobotImportError
+from transforms.base import storage
+from transforms.base.errors import LeRobotImportError
 from transforms.lerobot.tasks import TASKS_PATH, frame_tasks, read_tasks
 from transforms.episode import spql_types
 from transforms.reader.episode import Episode, camera_handle, field_values

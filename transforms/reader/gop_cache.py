@@ -42,8 +42,8 @@ from typing import Any, Optional
 
 import numpy as np
 
-from transforms import storage
-from transforms.errors import LeRobotImportError
+from transforms.base import storage
+from transforms.base.errors import LeRobotImportError
 from transforms.mp4 import ranges
 from transforms.reader.seek import ReaderError, TrackTables, _codec_context
 

@@ -30,9 +30,10 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from transforms import storage
-from transforms.episode import paths, spql_types
-from transforms.errors import LeRobotImportError
+from transforms.base import storage
+from transforms.output import paths
+from transforms.episode import spql_types
+from transforms.base.errors import LeRobotImportError
 from transforms.mp4 import ranges
 from transforms.reader.confine import part_uri, relocation
 from transforms.reader.episode import Episode, VideoAccess, _LRU, track_tables

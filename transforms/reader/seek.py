@@ -32,7 +32,7 @@ from typing import Optional, Sequence
 import numpy as np
 import pyarrow as pa
 
-from transforms.errors import LeRobotImportError
+from transforms.base.errors import LeRobotImportError
 from transforms.mp4 import arrow as mp4_arrow
 from transforms.mp4 import ranges
 from transforms.mp4.boxes import Box, BoxWalk, full_box, parse_box_header

@@ -41,9 +41,9 @@ import threading
 import time
 from typing import Any, Callable, Optional, TypeVar
 
-from transforms import run_limits
-from transforms.errors import LeRobotImportError, quote
-from transforms.errors import redact as errors_redact
+from transforms.base import run_limits
+from transforms.base.errors import LeRobotImportError, quote
+from transforms.base.errors import redact as errors_redact
 
 T = TypeVar("T")
 

@@ -29,9 +29,10 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from transforms import storage
-from transforms.episode import output_state, paths, spql_types
-from transforms.errors import LeRobotImportError
+from transforms.base import storage
+from transforms.output import safety, paths
+from transforms.episode import spql_types
+from transforms.base.errors import LeRobotImportError
 from transforms.lerobot import sources
 
 #: Bytes of MediaIndex values (uncompressed, estimated from their sample counts) per row group of a shard.
@@ -448,7 +449,7 @@ def stale_media_index_files(out_root: str, keep: Iterable[str], ours: Iterable[s
         rel = f"{paths.MEDIA_INDEX_DIR}/{uri[len(folder) + 1:]}"
         if rel in keep:
             continue
-        if rel in ours or output_state.is_own_tmp(rel.rsplit("/", 1)[-1]):
+        if rel in ours or safety.is_own_tmp(rel.rsplit("/", 1)[-1]):
             stale.append(uri)
         else:
             unknown.append(rel)

@@ -40,9 +40,9 @@ from typing import Callable, Iterator, Optional
 import fsspec
 import fsspec.asyn
 
-from transforms import storage
-from transforms.episode import paths
-from transforms.errors import LeRobotImportError, quote
+from transforms.base import storage
+from transforms.output import paths
+from transforms.base.errors import LeRobotImportError, quote
 
 _LOG = logging.getLogger(__name__)
 

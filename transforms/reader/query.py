@@ -29,7 +29,7 @@ from typing import Any, Optional, Sequence
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from transforms import storage
+from transforms.base import storage
 from transforms.episode import spql_types  # noqa: F401 - registers the spql.* extension types with pyarrow
 
 #: DuckDB's names of the value types a tensor feature can have.

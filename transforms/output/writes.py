@@ -2,7 +2,7 @@
 
 A part is written under a temporary name; an episodes file's parts are moved into place together
 only when all of them were written, so a crashed or retried run never leaves a partial part where a
-reader would take it for a finished one. Where each file goes is `transforms.episode.paths`.
+reader would take it for a finished one. Where each file goes is `transforms.output.paths`.
 """
 
 from __future__ import annotations
@@ -17,14 +17,15 @@ from typing import Iterable, Mapping, Optional, Sequence
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from transforms import storage
-from transforms.episode import clips, episode_type, output_state, paths
+from transforms.base import storage
+from transforms.episode import clips, episode_type
+from transforms.output import safety, paths
 from transforms.episode import frames as frames_lib
 from transforms.episode.outcomes import FileOutcome, PartFile, PartResult, failed_file
 from transforms.episode.quirks import WarningRecord
 from transforms.lerobot.info import DatasetInfo
 from transforms.lerobot.episodes_files import EpisodeRow
-from transforms.errors import FailureRecord, LeRobotImportError, redact
+from transforms.base.errors import FailureRecord, LeRobotImportError, redact
 
 TOOL_NAME = "lerobot-beam-import"
 # Row groups of at most this many episodes keep a reader's fetches small.
@@ -78,7 +79,7 @@ def sha256_hex(data: bytes) -> str:
 def _split(out_root: str, relative: str) -> tuple[str, str]:
     """The folder (URI) and name of an output path, the path checked first to lie under `episodes/` (an
     episodes-file name read from an output's state could otherwise point the clean-up elsewhere)."""
-    output_state.confined(out_root, relative, folder=paths.EPISODES_DIR, what="episode part")
+    safety.confined(out_root, relative, folder=paths.EPISODES_DIR, what="episode part")
     head, _, tail = relative.rpartition("/")
     return storage.join(out_root, head) if head else out_root, tail
 
@@ -103,7 +104,7 @@ def leftover_tmps(out_root: str, episodes_file: str) -> list[str]:
     stem = tail[: -len(".parquet")]
     found = []
     for name in storage.list_dir(folder):
-        own = output_state.TMP_PATTERN.match(name)
+        own = safety.TMP_PATTERN.match(name)
         if own is None:  # not a temporary name the import gives: someone else's file
             continue
         final = own.group("final")

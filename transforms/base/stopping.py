@@ -7,7 +7,7 @@ names. So each step wraps what it writes to the output (a part, a commit, a shar
 `output_work()`, and the command calls `stop()` first: it waits for the work already started to finish,
 and any step that then reaches `output_work()` waits there until the process exits, without writing,
 failing or cleaning anything (a failure path would discard files). Beam-free; per process, as
-`transforms.progress` is (a worker of a remote runner is stopped by its runner instead).
+`transforms.base.live_counts` is (a worker of a remote runner is stopped by its runner instead).
 """
 
 from __future__ import annotations

@@ -23,8 +23,8 @@ from typing import Callable, Optional, TypeVar
 import fsspec
 from fsspec.implementations.local import LocalFileSystem
 
-from transforms import hub, run_limits
-from transforms.errors import LeRobotImportError, quote, shorten
+from transforms.base import hub, run_limits
+from transforms.base.errors import LeRobotImportError, quote, shorten
 
 T = TypeVar("T")
 
@@ -77,7 +77,7 @@ def filesystem(uri: str) -> tuple[fsspec.AbstractFileSystem, str]:
     protocol = uri.split("://", 1)[0]
     if protocol in ("file", "local"):
         return _local(), LocalFileSystem._strip_protocol(uri)
-    if protocol == "hf":  # read by exact ranges, retried, at the commit the URL names (see transforms.hub)
+    if protocol == "hf":  # read by exact ranges, retried, at the commit the URL names (see transforms.base.hub)
         fs = hub.filesystem()
         return fs, fs._strip_protocol(uri)
     if "::" in protocol:

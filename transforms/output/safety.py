@@ -27,9 +27,9 @@ import re
 import stat
 from typing import Any, Iterable, Optional
 
-from transforms import storage
-from transforms.episode import paths
-from transforms.errors import LeRobotImportError, quote
+from transforms.base import storage
+from transforms.output import paths
+from transforms.base.errors import LeRobotImportError, quote
 
 #: A manifest larger than this is not read: one entry per episodes file is about a kilobyte.
 MAX_MANIFEST_BYTES = 64 << 20

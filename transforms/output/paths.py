@@ -28,8 +28,8 @@ from __future__ import annotations
 import posixpath
 from typing import Optional
 
-from transforms import storage
-from transforms.lerobot import v2
+from transforms.base import storage
+from transforms.lerobot import layouts
 
 #: Episode parts, mirroring the dataset's `meta/episodes/` tree.
 EPISODES_DIR = "episodes"
@@ -49,21 +49,11 @@ QUALITY_DATASET = f"{QUALITY_DIR}/dataset.parquet"
 #: would be overwritten or removed by the import itself.
 MANAGED = (EPISODES_DIR, MEDIA_INDEX_DIR, MANIFEST, ERRORS, QUALITY_DIR)
 
-_INPUT_EPISODES_DIR = "meta/episodes"
-
-
 def output_part_path(episodes_file: str, part: int, num_parts: int) -> str:
     """`episodes/<path under meta/episodes/>`, with `.part-NNNN` when the file is read in several parts.
     A group of a v2.x dataset's episodes (`meta/episodes.jsonl:chunk-003`) writes `episodes/chunk-003.parquet`."""
-    prefix = _INPUT_EPISODES_DIR + "/"
-    if v2.is_group(episodes_file):
-        rel = v2.group_output_stem(episodes_file) + ".parquet"
-    else:
-        rel = episodes_file[len(prefix):] if episodes_file.startswith(prefix) else episodes_file
-    if num_parts > 1:
-        stem = rel[: -len(".parquet")] if rel.endswith(".parquet") else rel
-        rel = f"{stem}.part-{part:04d}.parquet"
-    return f"{EPISODES_DIR}/{rel}"
+    stem = layouts.layout_of(episodes_file).output_stem(episodes_file)
+    return f"{EPISODES_DIR}/{stem}.part-{part:04d}.parquet" if num_parts > 1 else f"{EPISODES_DIR}/{stem}.parquet"
 
 
 def quality_table_path(episodes_file: str) -> str:

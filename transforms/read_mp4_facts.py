@@ -7,7 +7,7 @@
                               gain, change or lose a row
 
 Each MP4 is read once, whatever the number of episodes in it, and not at all when its row is carried.
-The table logic itself is pure and lives in `transforms.episode.media_index_table`.
+The table logic itself is pure and lives in `transforms.output.index_shards`.
 """
 
 from __future__ import annotations
@@ -19,13 +19,15 @@ from typing import Iterable, Iterator, NamedTuple, Optional
 import apache_beam as beam
 import pyarrow as pa
 
-from transforms import progress, quality, stopping, storage
-from transforms.episode import journal, quirks
+from transforms.base import live_counts, stopping, storage
+from transforms import quality
+from transforms.output import journal
+from transforms.episode import quirks
 from transforms.episode.clips import VideoFile
 from transforms.episode.quirks import ClipSpan
-from transforms.episode.media_index_table import FAILED, IndexRow, ShardOutcome, ShardRows, update_media_index_shard
-from transforms.episode.paths import media_index_shard_path
-from transforms.errors import LeRobotImportError
+from transforms.output.index_shards import FAILED, IndexRow, ShardOutcome, ShardRows, update_media_index_shard
+from transforms.output.paths import media_index_shard_path
+from transforms.base.errors import LeRobotImportError
 from transforms.lerobot import hints
 from transforms.lerobot.info import INDEXED_CODECS
 from transforms.mp4 import arrow as mp4_arrow
@@ -197,7 +199,7 @@ class _ReadMp4File(beam.DoFn):
         if read:
             self._files.inc()
             self._bytes.inc(facts.reads.bytes_read)
-            progress.add(mp4_bytes=facts.reads.bytes_read)
+            live_counts.add(mp4_bytes=facts.reads.bytes_read)
             self._requests.inc(facts.reads.requests)
         video = facts.video_file(inline_index=self._config.inline_index)
         for part, samples in sorted(part_samples(rel, facts.index, uses).items()):

@@ -30,10 +30,10 @@ import re
 import stat
 from typing import Any, Iterable, Mapping, Optional
 
-from transforms import storage
-from transforms.episode import output_state, paths
-from transforms.errors import LeRobotImportError, quote
-from transforms.lerobot import v2
+from transforms.base import storage
+from transforms.base.errors import LeRobotImportError, quote
+from transforms.lerobot import layouts
+from transforms.output import paths, safety
 
 _LOG = logging.getLogger(__name__)
 
@@ -72,14 +72,14 @@ def _confined_record(out_root: str, run_id: str, name: str) -> str:
     if not RUN_NAME.match(run):
         raise LeRobotImportError("output_confinement", f"the run id {quote(run)} cannot name a folder of the "
                                  "output's journal", file=PROGRESS_DIR)
-    return output_state.confined(out_root, f"{PROGRESS_DIR}/{run}/{name}", folder=PROGRESS_DIR,
+    return safety.confined(out_root, f"{PROGRESS_DIR}/{run}/{name}", folder=PROGRESS_DIR,
                                  what="journal record")
 
 
 def is_own_name(name: str) -> bool:
     """Whether a file name in a run folder of the journal is one the journal writes (a record, or the
     temporary of one)."""
-    own = output_state.TMP_PATTERN.match(name)
+    own = safety.TMP_PATTERN.match(name)
     return RECORD_NAME.match(own.group("final") if own else name) is not None
 
 
@@ -102,7 +102,7 @@ def record_shard(out_root: str, *, run_id: str, options: Mapping, dataset: str, 
 
 def record_part(out_root: str, *, run_id: str, episodes_file: str, part: int, result: Mapping) -> None:
     """Record a part of a file of several parts just written under its temporary name (`result`: what the
-    file's commit needs of it, see `write_outputs`)."""
+    file's commit needs of it, see `transforms.write_parts`)."""
     doc = {"kind": "part", "run_id": run_id, "episodes_file": episodes_file, "part": part, "result": dict(result)}
     storage.write_atomic(part_record_uri(out_root, run_id, episodes_file, part), _dumps(doc))
 
@@ -240,11 +240,14 @@ def record_problem(out_root: str, doc: Mapping) -> Optional[str]:
 
 def _is_episodes_key(key: Any) -> bool:
     """An episodes file's name as the dataset's listing gives it: `meta/episodes/….parquet`, or a v2.x group."""
-    if not output_state.clean_relative(key):
+    if not safety.clean_relative(key):
         return False
-    if v2.is_group(key):
-        stem = v2.group_output_stem(key)
-        return bool(stem) and "/" not in stem and output_state.clean_relative(stem)
+    layout = layouts.layout_of(key)
+    stem = layout.output_stem(key)
+    if not safety.clean_relative(stem):
+        return False
+    if isinstance(layout, layouts.V2Groups):
+        return "/" not in stem  # one group, one file directly under episodes/
     return key.startswith("meta/episodes/") and key.endswith(".parquet")
 
 
@@ -263,23 +266,23 @@ def _file_problem(out_root: str, key: Any, entry: Any) -> Optional[str]:
     if files is not None and (not isinstance(files, list) or [f.get("path") if isinstance(f, dict) else None
                                                                 for f in files] != parts):
         return f"its entry for {key} lists part files that are not its parts"
-    output_state.check_manifest({"episodes_files": {key: entry}}, out_root)
+    safety.check_manifest({"episodes_files": {key: entry}}, out_root)
     for part in parts:  # locally: no link on the way, a regular file where it exists
-        output_state.confined(out_root, part, folder=paths.EPISODES_DIR, what="episode part")
+        safety.confined(out_root, part, folder=paths.EPISODES_DIR, what="episode part")
     return None
 
 
 def _shard_problem(out_root: str, shard: Any, record: Any, versions: Any) -> Optional[str]:
-    if not output_state.clean_relative(shard) or not shard.startswith(paths.MEDIA_INDEX_DIR + "/"):
+    if not safety.clean_relative(shard) or not shard.startswith(paths.MEDIA_INDEX_DIR + "/"):
         return f"its shard {quote(shard)} is not a path under {paths.MEDIA_INDEX_DIR}/"
     if record is not None and (not isinstance(record, dict) or record.get("path") != shard):
         return f"its record of the shard {shard} names another path"
     if not isinstance(versions, dict) or not all(isinstance(k, str) and isinstance(v, str)
                                                  for k, v in versions.items()):
         return f"its MP4 versions of the shard {shard} are not names and tokens"
-    output_state.check_manifest({"episodes_files": {}, "media_index_files": [record] if record else [],
+    safety.check_manifest({"episodes_files": {}, "media_index_files": [record] if record else [],
                                  "video_versions": versions}, out_root)
-    output_state.confined(out_root, shard, folder=paths.MEDIA_INDEX_DIR, what="media_index shard")
+    safety.confined(out_root, shard, folder=paths.MEDIA_INDEX_DIR, what="media_index shard")
     return None
 
 
@@ -425,15 +428,15 @@ def leftover_temporaries(out_root: str) -> list[str]:
         uri = storage.join(out_root, folder)
         if local:
             found += [f"{uri}/{rel}" for rel in _walk_local(os.path.join(base, folder))
-                      if output_state.is_own_tmp(rel.rsplit("/", 1)[-1])]
+                      if safety.is_own_tmp(rel.rsplit("/", 1)[-1])]
             continue
         try:
             listed = storage.list_files(uri)
         except OSError:
             continue
-        found += [u for u in listed if output_state.is_own_tmp(u.rsplit("/", 1)[-1])]
+        found += [u for u in listed if safety.is_own_tmp(u.rsplit("/", 1)[-1])]
     top = storage.list_dir(out_root) if not local else _top_files(base)
-    found += [storage.join(out_root, n) for n in top if output_state.is_own_tmp(n)]
+    found += [storage.join(out_root, n) for n in top if safety.is_own_tmp(n)]
     return found
 
 

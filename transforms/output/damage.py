@@ -13,7 +13,7 @@ looks at the output (`find_damage`):
 What is damaged is then taken as never written (`without_damage`): an episodes file with a damaged part is
 imported again (all its parts, rule of the commit: all or none), a damaged shard is rebuilt from its MP4s
 (the episodes files using them are imported again). Every path comes from the manifest and is checked to
-lie inside the output first (`output_state.confined`).
+lie inside the output first (`safety.confined`).
 """
 
 from __future__ import annotations
@@ -23,8 +23,8 @@ import dataclasses
 import hashlib
 from typing import Any, Iterable, Mapping, Optional
 
-from transforms import storage
-from transforms.episode import output_state, paths
+from transforms.base import storage
+from transforms.output import safety, paths
 from transforms.lerobot import sources
 
 #: Files hashed at once with --verify-output (reads from an object store overlap).
@@ -82,7 +82,7 @@ def find_damage(out_root: str, manifest: Optional[Mapping[str, Any]], *, checksu
 
     Args:
         out_root: the output root.
-        manifest: its manifest (checked by `output_state.read_manifest`), or None.
+        manifest: its manifest (checked by `safety.read_manifest`), or None.
         checksums: also compare the recorded sha256 (reads every listed file); else sizes only.
     Raises:
         LeRobotImportError: rule `output_confinement`, a listed path lies outside its folder (or, locally,
@@ -95,7 +95,7 @@ def find_damage(out_root: str, manifest: Optional[Mapping[str, Any]], *, checksu
     listed += [(None, rec, path) for path, rec in _shards(manifest)]
     if not listed:
         return OutputDamage(checksums=checksums)
-    uris = {path: output_state.confined(out_root, path, folder=_folder(path), what=_what(path))
+    uris = {path: safety.confined(out_root, path, folder=_folder(path), what=_what(path))
             for _, _, path in listed}
     sizes = {**_listed_sizes(out_root, paths.EPISODES_DIR), **_listed_sizes(out_root, paths.MEDIA_INDEX_DIR)}
     damaged, to_hash = [], []

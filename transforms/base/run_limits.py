@@ -35,7 +35,7 @@ import threading
 import time
 from typing import Iterator, Optional
 
-from transforms.errors import LeRobotImportError
+from transforms.base.errors import LeRobotImportError
 
 #: The phases of an import, and what one piece of each is.
 PHASES = {

@@ -1,0 +1,226 @@
+"""What a run prints and leaves for its operator: each dataset's summary line, a failed dataset's findings
+grouped by rule and bounded to a screen, the quality line, the run's counters, and a bulk run's report.
+
+errors.jsonl keeps every row; the terminal gets, per rule, how many rows and episodes files it has,
+the first message in full (it names the file, the episode, the cause and the next step) and the files
+concerned, so the cause is seen without opening the file. Rows that only say an episode was not
+imported because another episode of its file failed (`file_failed`) are counted in one line.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import TYPE_CHECKING, Iterable, Optional
+
+if TYPE_CHECKING:
+    from pipelines.targets import RunTargets
+    from transforms.messages import ImportConfig
+
+
+BULK_REPORT = "bulk_report.json"
+
+
+def write_bulk_report(output: str, config: ImportConfig, planned: RunTargets, targets,
+                      outcomes: dict[str, str]) -> None:
+    """OUT/bulk_report.json of a run over several datasets: each dataset's outcome (imported, failed,
+    unchanged, held by another run, refused as no dataset) and the folders skipped as not datasets, so a
+    scheduler reads one file instead of every dataset's manifest. Each run replaces it."""
+    from transforms.base import storage
+    from transforms.output import writes
+
+    rows = [{"dataset": root, "output": out, "outcome": outcomes.get(root, "held")} for root, out in targets]
+    rows += [{"dataset": root, "output": out, "outcome": "refused", "reason": why}
+             for root, out, why in planned.refused]
+    doc = {"run_id": config.run_id, "started_at": config.started_at, "finished_at": writes.now_iso(),
+           "datasets": sorted(rows, key=lambda r: r["dataset"]), "not_datasets": list(planned.not_datasets)}
+    try:
+        storage.write_atomic(storage.join(storage.normalize_root(output), BULK_REPORT),
+                             (json.dumps(doc, indent=2, sort_keys=True) + "\n").encode())
+    except OSError as ex:  # the datasets' own outputs are written: the report only sums them up
+        print(f"warning: could not write {BULK_REPORT} under {output}: {ex}")
+
+
+def left_out_lines(planned: RunTargets) -> list[str]:
+    """One line per root the run leaves out before writing anything: a named root that is not a dataset
+    (a failure of the run), a folder a glob matched that holds no meta/info.json (a note)."""
+    lines = [f"{root}: FAILED - {why} (nothing written to {out})" for root, out, why in planned.refused]
+    lines += [f"{folder}: skipped - not a dataset (no meta/info.json)" for folder in planned.not_datasets]
+    return lines
+
+
+def summarize(result, config: ImportConfig, outcomes: Optional[dict[str, str]] = None) -> int:
+    """Print each dataset's outcome (a failed one's findings grouped by rule, `pipelines.summary`) and the
+    run's counters; 1 when any dataset failed. `outcomes` is filled in: root -> imported, failed, unchanged."""
+    from apache_beam.metrics.metric import MetricsFilter
+
+    from transforms.base import live_counts, storage
+    from transforms.output import safety
+    from transforms.import_dataset import NAMESPACE
+    counters: dict[str, int] = {}
+    for c in result.metrics().query(MetricsFilter().with_namespace(NAMESPACE))["counters"]:
+        # one counter per step that counts it (hub_retries in any step that reads): the run's total is the sum
+        counters[c.key.metric.name] = counters.get(c.key.metric.name, 0) + c.committed
+    outcomes = {} if outcomes is None else outcomes
+    status = shown = 0
+    unfinished = live_counts.unfinished(config.run_id)
+    for root, out in config.targets:
+        if root in unfinished or (counters.get("datasets_unfinished") and len(config.targets) == 1):
+            why = unfinished.get(root) or "its manifest could not be written (see the run's log)"
+            print(f"{root}: FAILED - {why} (manifest.json and errors.jsonl left as the last run wrote them) -> {out}")
+            status, outcomes[root] = 1, "failed"
+            continue
+        doc = safety.read_manifest(out).doc
+        if doc is None:
+            print(f"{root}: FAILED - no manifest was written -> {out}")
+            status, outcomes[root] = 1, "failed"
+            continue
+        if doc.get("run_id") != config.run_id:
+            print(f"{root}: skipped - unchanged since its import of {doc.get('finished_at')} (--force redoes it)")
+            outcomes[root] = "unchanged"
+            continue
+        print(f"{root}: {summary_line(doc)} -> {out}")
+        outcomes[root] = doc["status"]
+        found = quality_line(doc)
+        if found:
+            print(f"  {found}: {storage.join(out, 'quality')}")
+        if doc["status"] != "imported":
+            status = 1
+            errors_uri = storage.join(out, "errors.jsonl")
+            if shown < MAX_DATASETS:
+                shown += 1
+                for line in findings_lines(parse_errors(_read_errors(errors_uri)), errors_uri):
+                    print(line)
+            else:
+                print(f"  errors: {errors_uri}")
+        if shown <= MAX_DATASETS:
+            for note in (doc.get("notes") or [])[:MAX_RULES]:
+                print(f"  note: {note}")
+    if counters:
+        print("metrics: " + ", ".join(f"{k}={v}" for k, v in sorted(counters.items())))
+    return status
+
+
+def _read_errors(uri: str) -> Optional[bytes]:
+    """errors.jsonl for the terminal summary (None when it cannot be read: the summary says where it is)."""
+    from transforms.base import storage
+    from transforms.base.errors import LeRobotImportError
+
+    try:  # bounded, a regular file only (a FIFO or a 1 GiB file there is no errors.jsonl an import wrote)
+        return storage.read_state_file(uri, what="errors file", file="errors.jsonl", max_bytes=MAX_ERRORS_READ)
+    except (OSError, LeRobotImportError):
+        return None
+
+
+#: The terminal summary reads errors.jsonl up to this size (about 100,000 rows); a larger one is named only.
+MAX_ERRORS_READ = 64 << 20
+
+
+def summary_line(doc: dict) -> str:
+    """A dataset's outcome in one line, every number taken from its manifest's totals (so the line, the
+    manifest and errors.jsonl agree). A dataset that failed before its episodes files were listed has
+    "0 episodes files", not "0/0"."""
+    t = doc["totals"]
+    files = (f"{t['episodes_files_imported']}/{t['episodes_files']} episodes files" if t["episodes_files"]
+             else "0 episodes files")
+    line = (f"{doc['status']} - {t['episodes_written']}/{t['episodes']} episodes, {t['frames']} frames, {files}, "
+            f"{_count(t['errors'], 'error')}")
+    kept = [f"{t[k]} {word}" for k, word in (("episodes_files_unchanged", "unchanged"),
+                                              ("episodes_files_removed", "removed")) if t.get(k)]
+    if kept:  # an incremental run: what it left alone and what it removed
+        line += f" ({', '.join(kept)})"
+    if t.get("warnings"):
+        line += f", {_count(t['warnings'], 'warning')}"
+    checks = (doc.get("quality") or {}).get("checks") or {}
+    if checks:
+        line += f", {_count(sum(int(c.get('findings') or 0) for c in checks.values()), 'quality finding')}"
+    return line
+
+
+def quality_line(doc: dict) -> str:
+    """What the quality checks found, per check, and whether LeRobot's loader refuses the dataset ("" when
+    nothing was found)."""
+    from transforms import quality
+
+    checks = (doc.get("quality") or {}).get("checks") or {}
+    if not checks:
+        return ""
+    shown = ", ".join(f"{name} ({c.get('episodes') or c.get('findings')} "
+                      f"{'episodes' if c.get('episodes') else 'findings'}"
+                      f"{', error' if c.get('severity') == quality.ERROR else ''})" for name, c in checks.items())
+    blocking = sorted(set(checks) & quality.LEROBOT_BLOCKING)
+    refusal = f"; {quality.REFUSED} ({', '.join(blocking)})" if blocking else ""
+    return f"quality: {shown}{refusal}"
+
+
+def _count(n: int, noun: str) -> str:
+    return f"{n} {noun}{'' if n == 1 else 's'}"
+
+
+#: Rules shown per dataset; the rest are named in one line.
+MAX_RULES = 5
+
+
+#: Files named per rule.
+MAX_FILES = 3
+
+
+#: A message longer than this is cut on the terminal (errors.jsonl has it whole).
+MAX_MESSAGE_CHARS = 1200
+
+
+#: Failed datasets whose findings a bulk run prints; the others get their summary line only.
+MAX_DATASETS = 3
+
+
+def parse_errors(raw: Optional[bytes]) -> list[dict]:
+    """errors.jsonl rows (objects), skipping lines that do not parse."""
+    rows = []
+    for line in (raw or b"").decode("utf-8", "replace").splitlines():
+        try:
+            row = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(row, dict) and isinstance(row.get("rule"), str):
+            rows.append(row)
+    return rows
+
+
+def findings_lines(rows: Iterable[dict], errors_uri: str, *, indent: str = "  ") -> list[str]:
+    """The terminal lines of a failed dataset's findings.
+
+    Args:
+        rows: its errors.jsonl rows, in the file's order.
+        errors_uri: where errors.jsonl is (named in the last line).
+        indent: prefix of every line.
+    """
+    rows = list(rows)
+    by_rule: dict[str, list[dict]] = {}
+    for row in rows:
+        by_rule.setdefault(row["rule"], []).append(row)
+    consequences = by_rule.pop("file_failed", [])
+    ordered = sorted(by_rule.items(), key=lambda kv: (-len(kv[1]), kv[0]))
+    lines = []
+    for rule, found in ordered[:MAX_RULES]:
+        files_of = sorted({r.get("episodes_file") for r in found if r.get("episodes_file")})
+        where = f" in {_count(len(files_of), 'episodes file')}" if files_of else ""
+        lines.append(f"{indent}{rule}: {_count(len(found), 'error')}{where}")
+        lines.append(f"{indent}  {_cut(str(found[0].get('message', '')))}")
+        named = list(dict.fromkeys(str(r["file"]) for r in found if r.get("file")))
+        if named and (len(named) > 1 or named[0] not in lines[-1]):
+            more = f" (+{len(named) - MAX_FILES} more)" if len(named) > MAX_FILES else ""
+            lines.append(f"{indent}  files: {', '.join(named[:MAX_FILES])}{more}")
+    if len(ordered) > MAX_RULES:
+        rest = ordered[MAX_RULES:]
+        lines.append(f"{indent}... and {_count(sum(len(f) for _, f in rest), 'error')} of "
+                     f"{len(rest)} more rules ({', '.join(r for r, _ in rest)})")
+    if consequences:
+        lines.append(f"{indent}file_failed: {_count(len(consequences), 'more episode')} not imported only because "
+                     "another episode of their episodes file failed")
+    lines.append(f"{indent}every row: {errors_uri} ({_count(len(rows), 'row')})")
+    return lines
+
+
+def _cut(text: str) -> str:
+    if len(text) <= MAX_MESSAGE_CHARS:
+        return text
+    return f"{text[:MAX_MESSAGE_CHARS]}… (cut here, the whole message is in errors.jsonl)"

@@ -1,0 +1,113 @@
+"""The input versions behind one seam: how each lays out a dataset's episodes, in units of work.
+
+A unit of work is what the import plans, writes and records as one "episodes file": a v3 episodes file
+(`meta/episodes/chunk-000/file-000.parquet`), or a group of a v2.x dataset's episodes (its lines of
+`meta/episodes.jsonl` in one chunk, named `meta/episodes.jsonl:chunk-000`). Everything that depends on the
+version goes through the unit's `Layout`: reading its rows (the import, `plan`, `check` and the quality pass
+read them through `read_unit_rows`), accounting for the episodes of a unit that failed, how its data files
+are sized, and the name of its output. A new input version is one `Layout` class and one line of `LAYOUTS`.
+"""
+
+from __future__ import annotations
+
+from typing import Mapping, Optional, Sequence
+
+from transforms.base.errors import LeRobotImportError
+from transforms.lerobot import episodes_files, v2
+from transforms.lerobot.episodes_files import EpisodeRow
+from transforms.lerobot.info import EPISODES_DIR, DatasetInfo
+
+
+class Layout:
+    """How one input version lays out its episodes."""
+
+    #: The data files' bytes are sized from their footers' row groups (v3: many episodes per data file);
+    #: otherwise each episode is its whole data file, sized by the file.
+    sized_by_footers = True
+
+    def owns(self, unit: str) -> bool:
+        """Does `unit` (an episodes-file name) belong to this layout?"""
+        raise NotImplementedError
+
+    def read_rows(self, root: str, unit: str, info: DatasetInfo) -> list[EpisodeRow]:
+        """The validated rows of a unit, in its row order.
+
+        Raises:
+            LeRobotImportError: the unit cannot be read or breaks a rule, naming the file and the row.
+        """
+        raise NotImplementedError
+
+    def failed_episodes(self, root: str, unit: str, info: Optional[DatasetInfo]) -> tuple[int, ...]:
+        """The episode_index values of a unit whose rows could not be read, so its episodes are still
+        accounted for in errors.jsonl; () when even those cannot be read."""
+        raise NotImplementedError
+
+    def data_file_sizes(self, root: str, rows: Sequence[EpisodeRow]) -> Mapping[str, int]:
+        """Sizes of the rows' data files known without asking per file (a listing), by relative path."""
+        return {}
+
+    def output_stem(self, unit: str) -> str:
+        """The unit's output path under OUT/episodes/, without `.parquet`."""
+        raise NotImplementedError
+
+
+class V3EpisodesFiles(Layout):
+    """LeRobot v3.0: Parquet episodes files under meta/episodes/, many episodes per data file and MP4."""
+
+    def owns(self, unit: str) -> bool:
+        return not v2.is_group(unit)
+
+    def read_rows(self, root: str, unit: str, info: DatasetInfo) -> list[EpisodeRow]:
+        return episodes_files.read_episodes_file(root, unit, info)
+
+    def failed_episodes(self, root: str, unit: str, info: Optional[DatasetInfo]) -> tuple[int, ...]:
+        try:
+            source = episodes_files.open_episodes_file(root, unit)
+        except (LeRobotImportError, OSError):
+            return ()
+        try:
+            return episodes_files.episode_indices(source)
+        finally:
+            if not isinstance(source, bytes):
+                source.close()
+
+    def output_stem(self, unit: str) -> str:
+        prefix = EPISODES_DIR + "/"
+        rel = unit[len(prefix):] if unit.startswith(prefix) else unit
+        return rel[:-len(".parquet")] if rel.endswith(".parquet") else rel
+
+
+class V2Groups(Layout):
+    """LeRobot v2.0 / v2.1: meta/episodes.jsonl, one data file and one MP4 per camera per episode; a unit is
+    the group of one chunk's episodes."""
+
+    sized_by_footers = False
+
+    def owns(self, unit: str) -> bool:
+        return v2.is_group(unit)
+
+    def read_rows(self, root: str, unit: str, info: DatasetInfo) -> list[EpisodeRow]:
+        return v2.group_rows(v2.load_episodes(root), info, unit)
+
+    def failed_episodes(self, root: str, unit: str, info: Optional[DatasetInfo]) -> tuple[int, ...]:
+        return v2.group_episode_indices(root, info, unit)
+
+    def data_file_sizes(self, root: str, rows: Sequence[EpisodeRow]) -> Mapping[str, int]:
+        return v2.listed_sizes(root, rows)
+
+    def output_stem(self, unit: str) -> str:
+        return v2.group_output_stem(unit)
+
+
+#: The registry, asked in order: the first layout that owns a unit is its layout.
+LAYOUTS: tuple[Layout, ...] = (V2Groups(), V3EpisodesFiles())
+
+
+def layout_of(unit: str) -> Layout:
+    """The layout of a unit of work (an episodes-file name as the import records it)."""
+    return next(layout for layout in LAYOUTS if layout.owns(unit))
+
+
+def read_unit_rows(root: str, unit: str, info: DatasetInfo) -> list[EpisodeRow]:
+    """The validated rows of a unit of work, whatever its input version (see `Layout.read_rows`)."""
+    return layout_of(unit).read_rows(root, unit, info)
