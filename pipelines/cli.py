@@ -38,6 +38,9 @@ def _dispatch(argv: list[str]) -> None:
                 print(text)
                 sys.exit(EXIT_OK)
         console.configure_logging(verbosity, dataflow=_names_dataflow(argv))
+        if sub is not None:
+            from pipelines import interrupts
+            interrupts.not_an_import()
         if sub == "render":
             from pipelines import render_recipes
             sys.exit(render_recipes.run(argv[1:]))
@@ -53,6 +56,7 @@ def _dispatch(argv: list[str]) -> None:
         from pipelines import interrupts
         with interrupts.handling():  # from here on, Ctrl-C is one line and exit 130, never a traceback
             try:
+                interrupts.checkpoint()  # a signal met while the command loaded
                 command_line.check_arguments(argv)
                 from pipelines import import_lerobot
                 status = import_lerobot.run(argv, verbosity=verbosity)
@@ -89,6 +93,8 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
     if argv is not None:
         dispatch(argv)
         return
+    from pipelines import interrupts
+    interrupts.early()  # Ctrl-C while the rest loads is met, not a KeyboardInterrupt traceback
     from pipelines import local_runner
     local_runner.keep_beam_local(sys.argv[1:])
     try:

@@ -16,7 +16,12 @@ import sys
 import uuid
 from typing import TYPE_CHECKING, Optional, Sequence
 
-from pipelines import command_line, console, interrupts, report, run_control, runners
+from pipelines import interrupts
+
+if __name__ == "__main__":  # `python -m pipelines.import_lerobot`: a signal from here on is met (see below)
+    interrupts.early()
+
+from pipelines import command_line, console, report, run_control, runners  # noqa: E402
 
 if TYPE_CHECKING:  # imported where used: `--help` and `--version` load neither Beam nor pyarrow
     import apache_beam as beam

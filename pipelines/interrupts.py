@@ -33,6 +33,8 @@ _pending: Optional[int] = None
 _handled = False
 _deferred = 0
 _installed = 0
+_early = False
+_before_early: dict = {}
 
 
 def handler(signum, _frame) -> None:
@@ -47,6 +49,36 @@ def handler(signum, _frame) -> None:
         signal.signal(s, signal.SIG_IGN)
     if not _deferred:
         raise Interrupted(signum)
+
+
+def _remember(signum, _frame) -> None:
+    global _pending
+    if _pending is None:
+        _pending = signum
+
+
+def early() -> None:
+    """For the process's own command, as its first step (before Beam and the rest load): a signal from
+    here on is remembered, and raised by the command's first `checkpoint` inside `handling`."""
+    global _early, _pending, _handled
+    if _early or threading.current_thread() is not threading.main_thread():
+        return  # already (`python -m pipelines.import_lerobot`, then the command it runs): what was met stays
+    _early, _pending, _handled = True, None, False
+    for s in SIGNALS:
+        _before_early[s] = signal.signal(s, _remember)
+
+
+def not_an_import() -> None:
+    """The command is a subcommand, not an import: the handlers found before `early` are back, and a
+    signal met meanwhile is delivered to them as if it came now."""
+    global _early
+    if not _early:
+        return
+    _early = False
+    for s, old in _before_early.items():
+        signal.signal(s, old)
+    if _pending is not None:
+        signal.raise_signal(_pending)
 
 
 def pending() -> Optional[int]:
@@ -95,13 +127,15 @@ def deferred() -> Iterator[None]:
 def handling() -> Iterator[None]:
     """Install the handler for the block (main thread only; nested blocks share it), and restore the
     handlers found when the outermost block ends. A signal met before stays met for the whole block."""
-    global _installed, _pending, _handled
+    global _installed, _pending, _handled, _early
     if threading.current_thread() is not threading.main_thread():
         yield
         return
     previous = None
     if not _installed:
-        _pending, _handled = None, False
+        if not _early:  # else a signal met since `early` stays met
+            _pending, _handled = None, False
+        _early = False
         previous = {s: signal.signal(s, handler) for s in SIGNALS}
     _installed += 1
     try:

@@ -494,15 +494,23 @@ def test_a_swallowed_ctrl_c_is_not_lost(tmp_path, monkeypatch, capsys):
     assert not (out / ".lease.json").exists() and not (out / "manifest.json").exists()
 
 
-def test_ctrl_c_while_the_command_loads_is_one_line_and_130(tmp_path):
-    """A signal while Python loads Beam (the first second or two of the command)."""
+@pytest.mark.parametrize("module", ["pipelines.import_lerobot", "pipelines.cli"])
+def test_ctrl_c_while_the_command_loads_is_one_line_and_130(tmp_path, module):
+    """A signal while the command and Beam load (the first second or two of the command)."""
     import signal
 
     dataset = copy_dataset(SAMPLE, tmp_path / "so101")
-    proc = subprocess.Popen([sys.executable, "-m", "pipelines.import_lerobot", "--dataset", str(dataset), "--output",
+    proc = subprocess.Popen([sys.executable, "-m", module, "--dataset", str(dataset), "--output",
                              str(tmp_path / "out"), "--runner", "FnApiRunner"], cwd=REPO, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True, env=dict(os.environ, PYTHONPATH=str(REPO)))
-    time.sleep(0.8)
+    # once the command's first step ran (its handler of SIGTERM is in the kernel's caught set: Python's
+    # startup itself is before any command), while the rest of it and Beam load
+    caught = 0
+    while proc.poll() is None and not caught & (1 << (signal.SIGTERM - 1)):
+        status = Path(f"/proc/{proc.pid}/status").read_text()
+        caught = int(next(x for x in status.splitlines() if x.startswith("SigCgt:")).split()[1], 16)
+        time.sleep(0.005)
+    time.sleep(0.2)
     proc.send_signal(signal.SIGINT)
     stdout, stderr = proc.communicate(timeout=120)
     assert proc.returncode == 130, (stdout, stderr[-2000:])
