@@ -26,7 +26,7 @@ from transforms.output import lease as lease_lib
 from transforms.base import storage
 from transforms.output import damage as output_damage
 from transforms.output import safety
-from transforms.output.index_shards import decide_run
+from transforms.output.incremental import decide_run
 from transforms.base.errors import LeRobotImportError
 from transforms.lerobot import sources
 from transforms.lerobot.data_files import read_row_group_layout

@@ -40,7 +40,7 @@ import pyarrow.parquet as pq
 
 from transforms.base import storage
 from transforms.output import safety, paths
-from transforms.output.index_shards import decide_run
+from transforms.output.incremental import decide_run
 from transforms.base.errors import LeRobotImportError, quote
 from transforms.output.lease import LEASE_NAME
 from transforms.lerobot import sources

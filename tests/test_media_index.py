@@ -665,11 +665,12 @@ def test_shard_path_is_the_mp4_folder():
 
 
 def _index_rows(n: int, version: str = "v1"):
-    from transforms.output.index_shards import IndexRow
+    from transforms.output.index_shards import MediaIndexRow
     folder = Path(__file__).parent / "data/lerobot/h264_multi_file/videos/observation.images.top"
     mp4s = sorted(folder.glob("*/*.mp4"))[:n]
-    return [IndexRow(f"file:///ds/{i}-{p.parent.name}-{p.name}", p.stat().st_size, version,
-                     read_media_index(LOCAL, str(p)).index) for i, p in enumerate(mp4s)]
+    files = [f"videos/cam/chunk-000/{i}-{p.parent.name}-{p.name}" for i, p in enumerate(mp4s)]
+    return [MediaIndexRow.of("file:///ds", file, f"file:///ds/{file}", p.stat().st_size, version,
+                             read_media_index(LOCAL, str(p)).index) for file, p in zip(files, mp4s)]
 
 
 def test_shard_row_groups_hold_consecutive_rows_within_the_byte_budget(monkeypatch):
@@ -715,8 +716,8 @@ def test_update_shard_carries_kept_rows_replaces_read_ones_and_drops_the_rest(tm
         pa.concat_arrays([a.index, b.index]).storage.to_pylist()  # the carried row's index, unchanged
     assert mit.update_media_index_shard(out, shard, [], keep=frozenset()).action == "emptied"
     rows = mit.ShardRows(out)
-    found = rows.get(shard, a.uri)
-    assert (found.size, found.version) == (a.size, "v1") and rows.get(shard, c.uri) is None
+    found = rows.get(a.dataset, a.file, a.uri)
+    assert (found.size, found.version) == (a.size, "v1") and rows.get(c.dataset, c.file, c.uri) is None
 
 
 def test_shard_rows_read_a_row_group_once_for_its_neighbours(tmp_path, monkeypatch):
@@ -733,7 +734,7 @@ def test_shard_rows_read_a_row_group_once_for_its_neighbours(tmp_path, monkeypat
     monkeypatch.setattr(pq.ParquetFile, "read_row_group",
                         lambda self, i, *a, **k: reads.append(i) or real(self, i, *a, **k))
     rows = mit.ShardRows(out)
-    found = [rows.get(shard, r.uri) for r in written]
+    found = [rows.get(r.dataset, r.file, r.uri) for r in written]
     assert reads == [0]
     assert [(f.uri, f.size, f.version) for f in found] == [(r.uri, r.size, "v1") for r in written]
     assert [f.index.storage.to_pylist() for f in found] == [r.index.storage.to_pylist() for r in written]
@@ -758,7 +759,7 @@ def test_media_index_row_crosses_a_shuffle_as_ipc_bytes():
     comes back equal, spql type and all."""
     import pickle
     from apache_beam.coders import PickleCoder
-    from transforms.messages import MediaIndexRow
+    from transforms.output.index_shards import MediaIndexRow
     (row,) = _index_rows(1)
     message = MediaIndexRow.of("file:///ds", "videos/cam/chunk-000/file-000.mp4", row.uri, row.size, "v1", row.index)
     coder = PickleCoder()

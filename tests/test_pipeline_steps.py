@@ -183,7 +183,7 @@ def test_a_missing_mp4_fails_each_part_using_it_and_says_where_it_is(tmp_path):
     with _pipeline() as p:
         facts = p | beam.Create([((root, rel), u) for u in uses]) | ReadMp4Facts(config)
         failures = facts.to_parts | beam.FlatMapTuple(lambda key, i: [(key, f) for f in i.failures] +
-                                                      [(key, "video") for _ in i.videos])
+                                                      [(key, "video") for _ in i.mp4s])
         assert_that(failures | beam.MapTuple(lambda key, f: (key, f.rule, f.episode_index, f.file)),
                     equal_to([((root, FILE0, 0), "file_missing", 0, rel), ((root, FILE1, 0), "file_missing", 2, rel)]),
                     label="failures")

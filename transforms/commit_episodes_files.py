@@ -17,12 +17,12 @@ from transforms.base.errors import FailureRecord
 from transforms.episode.outcomes import PartResult, failed_file
 from transforms.messages import (CommittedFile, DatasetReport, FileInputs, FileQuality, ImportConfig, internal_record)
 from transforms.output import journal, paths, safety, writes
-from transforms.safety_net import guarded, in_phase
+from transforms.safety_net import ImportDoFn, ImportStep, guarded, in_phase
 
 _LOG = logging.getLogger(__name__)
 
 
-class CommitEpisodesFiles(beam.PTransform):
+class CommitEpisodesFiles(ImportStep):
     """Move every part of an episodes file into place, or none: a file with any failure (a part's, or
     a duplicated episode) leaves no part, and errors.jsonl accounts for each of its episodes.
 
@@ -33,10 +33,6 @@ class CommitEpisodesFiles(beam.PTransform):
     Returns: (root, DatasetReport) holding each episodes file's FileOutcome.
     """
 
-    def __init__(self, config: ImportConfig) -> None:
-        super().__init__()
-        self._config = config
-
     def expand(self, inputs):
         committed = (inputs
                      | "GroupByEpisodesFile" >> beam.GroupByKey()
@@ -45,10 +41,7 @@ class CommitEpisodesFiles(beam.PTransform):
         return (committed.outcomes, bugs) | "FileOutcomes" >> beam.Flatten()
 
 
-class _CommitEpisodesFile(beam.DoFn):
-    def __init__(self, config: ImportConfig) -> None:
-        self._config = config
-
+class _CommitEpisodesFile(ImportDoFn):
     @in_phase("finish", lambda element: f"episodes file {element[0][1]} of dataset {element[0][0]}")
     def process(self, element: tuple[tuple[str, str], Iterable[FileInputs]]) -> Iterator[tuple[str, DatasetReport]]:
         (root, rel), messages = element

@@ -14,16 +14,17 @@ from transforms import quality
 from transforms.base import live_counts, run_limits, stopping, storage
 from transforms.base.errors import FailureRecord, LeRobotImportError, redact, rule_of_repr
 from transforms.lerobot.info import INFO_PATH
-from transforms.messages import (DatasetReport, ImportConfig, KeptFile,
+from transforms.output.incremental import KeptFile
+from transforms.messages import (DatasetReport, ImportConfig,
                                  VideoFailure, internal_record)
 from transforms.output import journal, paths, safety, writes
 from transforms.output.index_shards import final_media_index, stale_media_index_files
-from transforms.safety_net import counter, guarded, in_phase
+from transforms.safety_net import ImportDoFn, ImportStep, counter, guarded, in_phase
 
 _LOG = logging.getLogger(__name__)
 
 
-class FinishDatasets(beam.PTransform):
+class FinishDatasets(ImportStep):
     """Write each dataset's errors.jsonl and manifest.json, always: an unexpected error while finishing
     still writes both, with the error as a rule `internal` record. The `errors` counter is counted
     here, once, from what errors.jsonl holds.
@@ -34,10 +35,6 @@ class FinishDatasets(beam.PTransform):
     Input: (dataset root, DatasetReport), from every other step. Returns: the manifests (dicts).
     """
 
-    def __init__(self, config: ImportConfig) -> None:
-        super().__init__()
-        self._config = config
-
     def expand(self, inputs):
         finished = (inputs
                     | "GroupByDataset" >> beam.GroupByKey()
@@ -46,11 +43,8 @@ class FinishDatasets(beam.PTransform):
         return (finished.manifests, rescued) | "Manifests" >> beam.Flatten()
 
 
-class _DatasetWriter(beam.DoFn):
+class _DatasetWriter(ImportDoFn):
     """Writes a dataset's errors.jsonl and manifest.json and counts what they hold."""
-
-    def __init__(self, config: ImportConfig) -> None:
-        self._config = config
 
     def setup(self) -> None:
         names = ("errors", "warnings", "datasets_imported", "datasets_failed", "datasets_unfinished")

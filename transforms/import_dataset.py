@@ -31,10 +31,9 @@ from transforms.base import hub
 from transforms.check_datasets import CheckDatasets
 from transforms.commit_episodes_files import CommitEpisodesFiles
 from transforms.finish_datasets import FinishDatasets
-from transforms.messages import ImportConfig
 from transforms.plan_episodes_files import PlanEpisodesFiles
 from transforms.read_mp4_facts import ReadMp4Facts
-from transforms.safety_net import NAMESPACE, counter
+from transforms.safety_net import NAMESPACE, ImportStep, counter
 from transforms.write_parts import WriteParts
 
 __all__ = ["NAMESPACE", "ImportLeRobotDatasets", "CheckDatasets", "PlanEpisodesFiles"]
@@ -50,7 +49,7 @@ def _count_hub_retry() -> None:
 hub.add_retry_listener(_count_hub_retry)
 
 
-class ImportLeRobotDatasets(beam.PTransform):
+class ImportLeRobotDatasets(ImportStep):
     """Import LeRobot v3 datasets into `config`'s outputs.
 
     Args:
@@ -59,10 +58,6 @@ class ImportLeRobotDatasets(beam.PTransform):
     Input: a PCollection of dataset root URIs. Returns: the PCollection of manifests (dicts), one per
     dataset imported; a dataset skipped as up to date has none.
     """
-
-    def __init__(self, config: ImportConfig) -> None:
-        super().__init__()
-        self._config = config
 
     def expand(self, roots):
         config = self._config

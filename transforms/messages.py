@@ -15,11 +15,9 @@ import dataclasses
 import functools
 from typing import Iterable, Optional
 
-import pyarrow as pa
 
-from transforms.output import paths
-from transforms.episode import spql_types
-from transforms.episode.clips import VideoFile
+from transforms.episode.clips import Mp4File
+from transforms.output.incremental import KeptFile
 from transforms.output.index_shards import ShardOutcome, ShardRecord
 from transforms.episode.outcomes import FileOutcome, PartResult
 from transforms.episode.quirks import ClipSpan, WarningRecord
@@ -106,11 +104,11 @@ class ClipUse:
 
 
 @dataclasses.dataclass(frozen=True)
-class PartVideo:
+class PartMp4:
     """What a part's writer learns of one MP4 it uses."""
 
     file: str  # relative to the dataset root
-    video: VideoFile
+    mp4: Mp4File
     samples: Optional[SampleTimes] = None  # its sample times around the part's clips (for the quality checks)
 
 
@@ -124,39 +122,6 @@ class Mp4Version:
     token: str
     carried: bool = False
     shared: bool = False
-
-
-@dataclasses.dataclass(frozen=True)
-class MediaIndexRow:
-    """One row of the media_index/ table, on its way to its shard.
-
-    Its index is held as Arrow IPC bytes, made once where the MP4 is read and turned back into an array
-    only where it is used (the shard writer): across each shuffle the row is pickled as those bytes, where
-    pickling a nested Arrow array builds a Python object per child array and buffer (ten times the cost of
-    copying its bytes once), and making the bytes again at every shuffle was most of the step's cost."""
-
-    dataset: str
-    file: str  # the MP4, relative to the dataset root
-    uri: str
-    size: int
-    version: str  # its storage token when the run listed it
-    index_ipc: bytes  # length-1 spql.MediaIndex, `spql_types.array_to_ipc`
-
-    @classmethod
-    def of(cls, dataset: str, file: str, uri: str, size: int, version: str, index: pa.Array) -> "MediaIndexRow":
-        return cls(dataset, file, uri, size, version, spql_types.array_to_ipc(index))
-
-    @functools.cached_property
-    def index(self) -> pa.Array:
-        """The length-1 spql.MediaIndex (its buffers views of `index_ipc`)."""
-        return spql_types.array_from_ipc(self.index_ipc)
-
-    @property
-    def shard(self) -> str:
-        return paths.media_index_shard_path(self.file)
-
-    def __reduce__(self):  # the fields alone: never the array `index` may have cached
-        return MediaIndexRow, (self.dataset, self.file, self.uri, self.size, self.version, self.index_ipc)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -205,7 +170,7 @@ class PartInputs(_Merged):
     """What a part's writer is told: its plan, the facts of the MP4s it uses, or why it cannot be written."""
 
     headers: tuple[PartHeader, ...] = ()
-    videos: tuple[PartVideo, ...] = ()
+    mp4s: tuple[PartMp4, ...] = ()
     failures: tuple[FailureRecord, ...] = ()
 
 
@@ -236,16 +201,6 @@ class FileInputs(_Merged):
     findings: tuple[Finding, ...] = ()  # what the quality checks found in its parts
     sources: tuple[EpisodesFileSources, ...] = ()  # what its import is made from (recorded as it commits)
     committed: tuple[CommittedFile, ...] = ()  # committed by the writer of its last part
-
-
-@dataclasses.dataclass(frozen=True)
-class KeptFile:
-    """An episodes file this run leaves alone: unchanged since the run that imported it (its manifest
-    entry is carried as it was, `entry_json`), or gone from the dataset (`removed`: its parts are deleted)."""
-
-    episodes_file: str
-    removed: bool
-    entry_json: str  # the previous manifest entry, JSON
 
 
 @dataclasses.dataclass(frozen=True)

@@ -17,9 +17,9 @@ from transforms.episode.quirks import ClipSpan
 from transforms.lerobot import data_files, layouts
 from transforms.lerobot import episodes_files as episodes_metadata
 from transforms.lerobot.info import DatasetInfo
-from transforms.messages import (ClipUse, DatasetReport, FileCounts, FileInputs, ImportConfig, PartHeader, PartInputs,
+from transforms.messages import (ClipUse, DatasetReport, FileCounts, FileInputs, PartHeader, PartInputs,
                                  error_record, internal_record, load_info)
-from transforms.safety_net import guarded, in_phase
+from transforms.safety_net import ImportDoFn, ImportStep, guarded, in_phase
 
 _LOG = logging.getLogger(__name__)
 
@@ -33,7 +33,7 @@ class PlannedFiles(NamedTuple):
     reports: beam.PCollection  # (root, DatasetReport): files that failed in planning; clips ending short
 
 
-class PlanEpisodesFiles(beam.PTransform):
+class PlanEpisodesFiles(ImportStep):
     """Read each episodes file and plan its parts: whole episodes in row order, each part holding at most
     the data-span limit of its episodes' own data, sized from the data files' footers (with `--one-part`:
     one part, or the data_span error).
@@ -49,10 +49,6 @@ class PlanEpisodesFiles(beam.PTransform):
     file is then not read again). Returns: `PlannedFiles`.
     """
 
-    def __init__(self, config: ImportConfig) -> None:
-        super().__init__()
-        self._config = config
-
     def expand(self, episodes_files):
         planned = (episodes_files
                    | "Spread" >> beam.Reshuffle()
@@ -66,10 +62,7 @@ class PlanEpisodesFiles(beam.PTransform):
         return PlannedFiles(planned.to_parts, planned.clip_uses, duplicates, reports)
 
 
-class _PlanEpisodesFile(beam.DoFn):
-    def __init__(self, config: ImportConfig) -> None:
-        self._config = config
-
+class _PlanEpisodesFile(ImportDoFn):
     def setup(self) -> None:
         self._sizes: dict[tuple[str, str], int] = {}
         self._layouts: dict[tuple[str, str], Optional[episodes_metadata.RowGroupLayout]] = {}

@@ -12,7 +12,6 @@ The table logic itself is pure and lives in `transforms.output.index_shards`.
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 from typing import Iterable, Iterator, NamedTuple, Optional
 
@@ -23,39 +22,26 @@ from transforms.base import live_counts, stopping, storage
 from transforms import quality
 from transforms.output import journal
 from transforms.episode import quirks
-from transforms.episode.clips import VideoFile
+from transforms.episode.clips import Mp4File
 from transforms.episode.quirks import ClipSpan
-from transforms.output.index_shards import FAILED, IndexRow, ShardOutcome, ShardRows, update_media_index_shard
-from transforms.output.paths import media_index_shard_path
+from transforms.output.index_shards import (FAILED, MediaIndexRow, ShardOutcome, ShardRows,
+                                           update_media_index_shard)
 from transforms.base.errors import LeRobotImportError
 from transforms.lerobot import hints
 from transforms.lerobot.info import INDEXED_CODECS
 from transforms.mp4 import arrow as mp4_arrow
-from transforms.messages import (ClipUse, DatasetReport, ImportConfig, MediaIndexRow, Mp4Version, PartInputs,
-                                 PartVideo, ShardTouch, VideoFailure, error_record, internal_record, load_info)
-from transforms.safety_net import counter, guarded, in_phase
+from transforms.messages import (ClipUse, DatasetReport, Mp4Version, PartInputs,
+                                 PartMp4, ShardTouch, VideoFailure, error_record, internal_record, load_info)
+from transforms.safety_net import ImportDoFn, ImportStep, counter, guarded, in_phase
 
 _LOG = logging.getLogger(__name__)
 
 
-@dataclasses.dataclass(frozen=True)
-class VideoFacts:
-    """What reading one MP4 learnt: where it is, its size, its MediaIndex and video codec (when the
-    declared codec is indexed), and what the reads cost."""
-
-    uri: str
-    size: int
-    index: Optional[pa.Array]  # length-1 spql.MediaIndex, or None when the codec is not indexed
-    reads: storage.ReadCounter = dataclasses.field(default_factory=storage.ReadCounter)
-    codec: Optional[str] = None  # the video track's codec as found in the file, when known
-
-    def video_file(self, *, inline_index: bool) -> VideoFile:
-        return VideoFile(self.uri, self.size, self.index if inline_index else None)
-
-
-def read_video_file(root: str, relative: str, *, build_index: bool, declared: Optional[str] = None,
-                    listings: Optional[dict] = None, other_cameras: Iterable[str] = ()) -> VideoFacts:
-    """Stat an MP4 and, when its declared codec is indexed, read its MediaIndex from the moov.
+def read_mp4_file(root: str, relative: str, *, build_index: bool, declared: Optional[str] = None,
+                  listings: Optional[dict] = None, other_cameras: Iterable[str] = ()
+                  ) -> tuple[Mp4File, storage.ReadCounter]:
+    """Stat an MP4 and, when its declared codec is indexed, read its MediaIndex from the moov; with what the
+    reads cost.
 
     Args:
         root: the dataset root URI.
@@ -70,7 +56,7 @@ def read_video_file(root: str, relative: str, *, build_index: bool, declared: Op
     uri = storage.dataset_file(root, relative)
     try:
         if not build_index:
-            return VideoFacts(uri, storage.file_size(uri, what="video file", file=relative), None)
+            return Mp4File(uri, storage.file_size(uri, what="video file", file=relative)), storage.ReadCounter()
         return _read_index(uri, relative, declared)
     except FileNotFoundError:
         raise _missing(root, relative, uri, listings, other_cameras) from None
@@ -80,7 +66,7 @@ def read_video_file(root: str, relative: str, *, build_index: bool, declared: Op
         raise
 
 
-def _read_index(uri: str, relative: str, declared: Optional[str]) -> VideoFacts:
+def _read_index(uri: str, relative: str, declared: Optional[str]) -> tuple[Mp4File, storage.ReadCounter]:
     from transforms.mp4 import media_index
     fs, path = storage.filesystem(uri)
     try:
@@ -90,7 +76,7 @@ def _read_index(uri: str, relative: str, declared: Optional[str]) -> VideoFacts:
         raise
     reads = storage.ReadCounter(requests=result.stats.requests, bytes_read=result.stats.bytes_read)
     codec = getattr(result, "codec", None) or quirks.index_codec(result.index)
-    return VideoFacts(uri, result.size, result.index, reads, codec)
+    return Mp4File(uri, result.size, result.index, codec), reads
 
 
 def _missing(root: str, relative: str, uri: str, listings: Optional[dict],
@@ -118,7 +104,7 @@ class Mp4Facts(NamedTuple):
     reports: beam.PCollection  # (dataset, DatasetReport): media_index shards, MP4 tokens, warnings, unusable MP4s
 
 
-class ReadMp4Facts(beam.PTransform):
+class ReadMp4Facts(ImportStep):
     """Read every MP4 the clips use, once each, unless its media_index/ row is carried; update the shards.
 
     Args:
@@ -130,10 +116,6 @@ class ReadMp4Facts(beam.PTransform):
     Returns: `Mp4Facts`. An MP4 whose reading raised unexpectedly fails the parts that use it with rule
     `internal`.
     """
-
-    def __init__(self, config: ImportConfig) -> None:
-        super().__init__()
-        self._config = config
 
     def expand(self, inputs):
         if isinstance(inputs, tuple):
@@ -153,12 +135,9 @@ class ReadMp4Facts(beam.PTransform):
                         (read.reports, index_files) | "Mp4Reports" >> beam.Flatten())
 
 
-class _ReadMp4File(beam.DoFn):
+class _ReadMp4File(ImportDoFn):
     """((dataset, MP4), its ClipUses and Mp4Version) -> the file's facts for each part, or the failure for
     each part; the row read for media_index/ (not for a carried row); the MP4's token."""
-
-    def __init__(self, config: ImportConfig) -> None:
-        self._config = config
 
     def setup(self) -> None:
         self._files, self._bytes, self._requests = counter("mp4_files"), counter("mp4_bytes_read"), \
@@ -186,7 +165,7 @@ class _ReadMp4File(beam.DoFn):
         read = facts is None
         try:
             if read:
-                facts = read_video_file(root, rel, build_index=build_index, declared=uses[0].codec,
+                facts, reads = read_mp4_file(root, rel, build_index=build_index, declared=uses[0].codec,
                                         listings=self._listings,
                                         other_cameras={u.camera for u in uses} ^ set(_cameras(root)))
         except LeRobotImportError as ex:
@@ -198,12 +177,12 @@ class _ReadMp4File(beam.DoFn):
             return
         if read:
             self._files.inc()
-            self._bytes.inc(facts.reads.bytes_read)
-            live_counts.add(mp4_bytes=facts.reads.bytes_read)
-            self._requests.inc(facts.reads.requests)
-        video = facts.video_file(inline_index=self._config.inline_index)
+            self._bytes.inc(reads.bytes_read)
+            live_counts.add(mp4_bytes=reads.bytes_read)
+            self._requests.inc(reads.requests)
+        mp4 = facts if self._config.inline_index else facts.without_index()
         for part, samples in sorted(part_samples(rel, facts.index, uses).items()):
-            yield part, PartInputs(videos=(PartVideo(rel, video, samples),))
+            yield part, PartInputs(mp4s=(PartMp4(rel, mp4, samples),))
         if read and facts.index is not None and not self._config.inline_index:
             yield beam.pvalue.TaggedOutput("index_rows", MediaIndexRow.of(root, rel, facts.uri, facts.size, known.token,
                                                                           facts.index))
@@ -212,7 +191,7 @@ class _ReadMp4File(beam.DoFn):
         if report.warnings or report.video_versions:
             yield beam.pvalue.TaggedOutput("reports", (root, report))
 
-    def _carried_facts(self, root: str, rel: str) -> Optional[VideoFacts]:
+    def _carried_facts(self, root: str, rel: str) -> Optional[Mp4File]:
         """The facts of an unchanged MP4 from its row in the old shard (no read of the MP4), or None when
         the row is not there (then the MP4 is read, and its shard rewritten with the row)."""
         if self._config.inline_index:
@@ -221,14 +200,14 @@ class _ReadMp4File(beam.DoFn):
         shards = self._shards.setdefault(out, ShardRows(out))
         uri = storage.join(root, rel)
         try:
-            row = shards.get(media_index_shard_path(rel), uri)
+            row = shards.get(root, rel, uri)
         except (OSError, ValueError, pa.ArrowException) as ex:
             _LOG.warning("cannot read the media_index row of %s from the last import (%s); reading the MP4", rel, ex)
             return None
         if row is None:
             return None
         self._carried.inc()
-        return VideoFacts(row.uri, row.size, row.index, codec=quirks.index_codec(row.index))
+        return Mp4File(row.uri, row.size, row.index, codec=quirks.index_codec(row.index))
 
 
 def part_samples(rel: str, index: Optional[pa.Array], uses: Iterable[ClipUse]) -> dict:
@@ -257,7 +236,7 @@ def part_samples(rel: str, index: Optional[pa.Array], uses: Iterable[ClipUse]) -
             for part, clips in by_part.items()}
 
 
-def _file_warnings(root: str, rel: str, uses: list[ClipUse], facts: VideoFacts, *, shared: bool = False) -> list:
+def _file_warnings(root: str, rel: str, uses: list[ClipUse], facts: Mp4File, *, shared: bool = False) -> list:
     """Quirks of one MP4 that import fine: clips off its frame timeline, another codec than declared.
 
     When episodes files this run leaves alone have clips in the MP4 too (`shared`), the clips seen are
@@ -286,7 +265,7 @@ def _mp4_bug(bad) -> Iterator[tuple[tuple, PartInputs]]:
         yield part, PartInputs(failures=(bug,))
 
 
-class WriteMediaIndex(beam.PTransform):
+class WriteMediaIndex(ImportStep):
     """((dataset, shard), MediaIndexRow or ShardTouch) -> (dataset, DatasetReport with the ShardOutcome):
     each shard that gains, changes or loses a row is rewritten (its other rows carried from the old file);
     a shard left with no row is reported `emptied` (the finish step removes it).
@@ -294,10 +273,6 @@ class WriteMediaIndex(beam.PTransform):
     Args:
         config: the run's configuration (where each dataset's output goes).
     """
-
-    def __init__(self, config: ImportConfig) -> None:
-        super().__init__()
-        self._config = config
 
     def expand(self, keyed):
         written = (keyed
@@ -316,17 +291,14 @@ def _shard_bug(bad) -> tuple[str, DatasetReport]:
                                index_files=(ShardOutcome(shard, FAILED),))
 
 
-class _WriteShard(beam.DoFn):
-    def __init__(self, config: ImportConfig) -> None:
-        self._config = config
-
+class _WriteShard(ImportDoFn):
     def setup(self) -> None:
         self._written = counter("media_index_shards_written")
 
     @in_phase("write", lambda element: f"media_index shard {element[0][1]} of dataset {element[0][0]}")
     def process(self, element: tuple[tuple[str, str], Iterable]) -> Iterator[tuple[str, DatasetReport]]:
         (root, shard), values = element
-        rows = [IndexRow(v.uri, v.size, v.version, v.index) for v in values if isinstance(v, MediaIndexRow)]
+        rows = [v for v in values if isinstance(v, MediaIndexRow)]
         touch = next((v for v in values if isinstance(v, ShardTouch)), None)
         out = self._config.output_of(root)
         with stopping.output_work():

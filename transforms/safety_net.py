@@ -1,4 +1,4 @@
-"""The safety net every import step wears, and the run's counters.
+"""The shape every import step shares: the run's configuration, the safety net it wears, the run's counters.
 
 Every expected failure is a rule already (a `LeRobotImportError`, turned into a record by the step
 that met it). An unexpected exception (a bug, or a library failing in a way no rule foresaw) would
@@ -23,6 +23,21 @@ from transforms.base import run_limits
 NAMESPACE = "lerobot_import"
 #: The output that holds (element, exc_info) for each element whose processing raised.
 BAD = "bad"
+
+
+class ImportStep(beam.PTransform):
+    """A composite step of the import, made with the run's configuration (`self._config`)."""
+
+    def __init__(self, config) -> None:  # an ImportConfig
+        super().__init__()
+        self._config = config
+
+
+class ImportDoFn(beam.DoFn):
+    """A DoFn of the import, made with the run's configuration (`self._config`, which `in_phase` reads)."""
+
+    def __init__(self, config) -> None:  # an ImportConfig
+        self._config = config
 
 
 def counter(name: str):

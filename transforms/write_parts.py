@@ -34,7 +34,7 @@ from transforms.lerobot.info import DatasetInfo
 from transforms.messages import (FileInputs, ImportConfig, PartHeader,
                                  PartInputs, error_record, internal_record, load_info)
 from transforms.commit_episodes_files import commit_file
-from transforms.safety_net import counter, guarded
+from transforms.safety_net import ImportDoFn, counter, guarded
 
 _LOG = logging.getLogger(__name__)
 
@@ -107,11 +107,8 @@ def unit_order(unit: tuple[str, str, int], part: tuple[tuple[str, str, int], Par
     return (min(starts) if starts else -1, key)
 
 
-class _WriteParts(beam.DoFn):
+class _WriteParts(ImportDoFn):
     MAX_OPEN_FILES = 4
-
-    def __init__(self, config: ImportConfig) -> None:
-        self._config = config
 
     def setup(self) -> None:
         self._readers: OrderedDict[tuple[str, str], data_files.DataFileReader] = OrderedDict()
@@ -243,7 +240,7 @@ class _WriteParts(beam.DoFn):
         if not errors:
             try:
                 table = writes.part_table(info, header.rows, [frames[r.position] for r in header.rows],
-                                        {v.file: v.video for v in inputs.videos},
+                                        {v.file: v.mp4 for v in inputs.mp4s},
                                         inline_index=self._config.inline_index)
             except LeRobotImportError as ex:  # a clip time that does not fit, found while typing the clips
                 errors = [ex.with_context(file=rel)]
@@ -251,19 +248,19 @@ class _WriteParts(beam.DoFn):
             return (root, rel), _failed_part(header, [error_record(e, dataset=root, episodes_file=rel) for e in errors])
         data = self._encoder.submit(_encoded, table)  # encoded (and hashed) while the frames are checked
         del table
-        findings = self._check(root, rel, info, header, frames, inputs.videos)
+        findings = self._check(root, rel, info, header, frames, inputs.mp4s)
         n_frames = sum(len(f) for f in frames.values())
         return _Encoding(key=key, inputs=inputs, header=header, frames=n_frames, findings=tuple(findings),
                          data=data)
 
     def _check(self, root: str, rel: str, info: DatasetInfo, header: PartHeader, frames: dict,
-               videos) -> list:
+               mp4s) -> list:
         """The quality checks of the part's frames (already typed), its cameras' samples and its data files."""
         if root not in self._tasks:
-            self._tasks[root] = quality.read_tasks(root)
+            self._tasks[root] = quality.ordered_tasks(root)
         columns = self._columns  # of the data files the part's frames were just read from
         findings = quality.check_part(root, rel, info, header.rows, frames, tasks=self._tasks[root],
-                                      samples={v.file: v.samples for v in videos if v.samples is not None},
+                                      samples={v.file: v.samples for v in mp4s if v.samples is not None},
                                       data_columns=columns, strict=self._config.strict)
         self._counters["quality_findings"].inc(len(findings))
         return findings

@@ -12,7 +12,7 @@ Where the records go (the output folder: parts, manifest, media_index/ shards, j
 """
 
 from transforms.episode import spql_types
-from transforms.episode.clips import VideoFile, videos_column
+from transforms.episode.clips import Mp4File, videos_column
 from transforms.episode.episode_type import episode_schema, frame_type
 from transforms.episode.frames import convert_frames, typed_frames
 from transforms.episode.outcomes import FileOutcome, PartFile, PartResult, failed_file
@@ -20,7 +20,7 @@ from transforms.episode.quirks import ClipSpan, WarningRecord
 
 __all__ = [
     "spql_types",
-    "VideoFile", "videos_column",
+    "Mp4File", "videos_column",
     "episode_schema", "frame_type",
     "convert_frames", "typed_frames",
     "FileOutcome", "PartFile", "PartResult", "failed_file",

@@ -24,12 +24,18 @@ MAX_SECONDS = float(2 ** 63 - 1024) / 1e9
 
 
 @dataclasses.dataclass(frozen=True)
-class VideoFile:
-    """What the import learnt about one MP4: where it is, its size and (maybe) its MediaIndex."""
+class Mp4File:
+    """What the import learnt about one MP4: where it is, its size, its MediaIndex (when its codec is one the
+    MediaIndex covers, and the episodes hold it inline) and the video codec found in it."""
 
     uri: str
     size: int
     index: Optional[pa.Array] = None  # length-1 spql.MediaIndex array, or None (null index)
+    codec: Optional[str] = None  # the video track's codec as found in the file, when known
+
+    def without_index(self) -> "Mp4File":
+        """The same MP4 as the episodes refer to it when its MediaIndex lives under media_index/."""
+        return dataclasses.replace(self, index=None)
 
 
 def seconds_to_ns(seconds: np.ndarray) -> np.ndarray:
@@ -61,7 +67,7 @@ def clip_times_ns(slices: Sequence, episode_indices: Sequence[int]) -> tuple[np.
     return seconds_to_ns(start_s), seconds_to_ns(end_s)
 
 
-def videos_column(info: DatasetInfo, rows: Sequence[EpisodeRow], files: Mapping[str, VideoFile],
+def videos_column(info: DatasetInfo, rows: Sequence[EpisodeRow], files: Mapping[str, Mp4File],
                   *, inline_index: bool) -> pa.StructArray:
     """The `videos` column for `rows`; `files` maps each MP4's relative path to what was learnt of it."""
     entries = []
@@ -74,7 +80,7 @@ def videos_column(info: DatasetInfo, rows: Sequence[EpisodeRow], files: Mapping[
     return pa.StructArray.from_arrays(entries, fields=list(episode_type.videos_type(info)))
 
 
-def _camera_column(files: Sequence[VideoFile], start: np.ndarray, end: np.ndarray,
+def _camera_column(files: Sequence[Mp4File], start: np.ndarray, end: np.ndarray,
                    *, inline_index: bool) -> pa.StructArray:
     n = len(files)
     blob_type, media_type, clip_type = spql_types.blob(), spql_types.encoded_media(), spql_types.clip_ref()
@@ -103,7 +109,7 @@ def _camera_column(files: Sequence[VideoFile], start: np.ndarray, end: np.ndarra
     return pa.StructArray.from_arrays([clip, durations(-start)], fields=list(episode_type.video_entry_type()))
 
 
-def _index_column(files: Sequence[VideoFile], inline_index: bool) -> pa.Array:
+def _index_column(files: Sequence[Mp4File], inline_index: bool) -> pa.Array:
     """Each episode's clip.media.index: its file's index taken per row, or all null (default layout)."""
     index_type = spql_types.media_index()
     n = len(files)

@@ -20,7 +20,8 @@ from typing import Optional
 from transforms.base import storage
 from transforms.base.errors import LeRobotImportError
 from transforms.lerobot import v2
-from transforms.lerobot.info import CONVERTER, EPISODES_DIR, INFO_JSON_MAX_BYTES, INFO_PATH, DatasetInfo, parse_info
+from transforms.lerobot.info import (CONVERTER, INFO_JSON_MAX_BYTES, INFO_PATH, META_EPISODES_DIR, DatasetInfo,
+                                    parse_info)
 
 #: Sub-folders looked into (per level, two levels deep) for datasets when the root is not one.
 MAX_SUBFOLDERS = 50
@@ -70,7 +71,7 @@ def v2_groups(root: str, info: DatasetInfo) -> tuple[str, ...]:
     except LeRobotImportError as ex:
         if ex.rule != "file_missing":
             raise
-        names = {v2.EPISODES_JSONL: False, EPISODES_DIR: storage.is_dir(storage.join(root, EPISODES_DIR))}
+        names = {v2.EPISODES_JSONL: False, META_EPISODES_DIR: storage.is_dir(storage.join(root, META_EPISODES_DIR))}
         raise LeRobotImportError("codebase_version", f"the dataset is not laid out as LeRobot {info.codebase_version}: "
                                  f"{v2.layout_problem(root, names)}", file=v2.EPISODES_JSONL) from None
     if not len(episodes):
@@ -124,8 +125,8 @@ def list_episodes_files(root: str) -> tuple[str, ...]:
     """`meta/episodes/<chunk>/<file>.parquet` relative to the root, sorted by path. The folders are
     listed rather than globbed: the names are the dataset's and may hold `*`, `?` or `[`; a chunk
     folder that is a symlink is followed (a link leaving the root fails when its files are read)."""
-    base = storage.join(root, EPISODES_DIR)
-    return tuple(sorted(f"{EPISODES_DIR}/{chunk}/{name}" for chunk in storage.list_dir(base, dirs=True)
+    base = storage.join(root, META_EPISODES_DIR)
+    return tuple(sorted(f"{META_EPISODES_DIR}/{chunk}/{name}" for chunk in storage.list_dir(base, dirs=True)
                         for name in storage.list_dir(storage.join(base, chunk)) if name.endswith(".parquet")))
 
 
@@ -228,18 +229,18 @@ def _nearest_parent(uri: str) -> str:
 
 def _no_episodes_files(root: str) -> LeRobotImportError:
     """Why a dataset with a v3.0 info.json lists no episodes files, as far as its files say."""
-    where = f"{EPISODES_DIR}/<chunk>/<file>.parquet"
+    where = f"{META_EPISODES_DIR}/<chunk>/<file>.parquet"
     if storage.exists(storage.join(root, "meta/episodes.jsonl")):
         message = (f"the dataset has no episodes files ({where}) but has meta/episodes.jsonl, the v2.x layout, "
                    "although its info.json says v3.0: if its files are v2.1, set codebase_version to \"v2.1\" "
                    "(with v2.x's data_path and video_path) to import it as it is, or convert it with LeRobot's "
                    f"converter, `{CONVERTER.format(repo_id=hf_repo_id(root) or '<repo id>')}`")
     else:
-        loose = [n for n in storage.list_dir(storage.join(root, EPISODES_DIR)) if n.endswith(".parquet")]
+        loose = [n for n in storage.list_dir(storage.join(root, META_EPISODES_DIR)) if n.endswith(".parquet")]
         message = f"the dataset has no episodes files: its episodes are listed in {where}"
         if loose:
-            message += (f"; {EPISODES_DIR}/{loose[0]} lies directly in {EPISODES_DIR}/, where no episodes file is "
-                        f"read: move it into a chunk folder ({EPISODES_DIR}/chunk-000/)")
+            message += (f"; {META_EPISODES_DIR}/{loose[0]} lies directly in {META_EPISODES_DIR}/, where no episodes "
+                        f"file is read: move it into a chunk folder ({META_EPISODES_DIR}/chunk-000/)")
         else:
             message += " (LeRobot writes meta/episodes/chunk-000/file-000.parquet first)"
-    return LeRobotImportError("episodes_file", message, file=EPISODES_DIR)
+    return LeRobotImportError("episodes_file", message, file=META_EPISODES_DIR)

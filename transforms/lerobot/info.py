@@ -21,7 +21,7 @@ NUMERIC_DTYPES = ("float16", "float32", "float64", "int8", "int16", "int32", "in
                   "uint8", "uint16", "uint32", "uint64")
 INDEXED_CODECS = ("h264", "hevc", "av1")
 INFO_PATH = "meta/info.json"
-EPISODES_DIR = "meta/episodes"
+META_EPISODES_DIR = "meta/episodes"
 DEFAULT_FEATURES = ("timestamp", "frame_index", "episode_index", "index", "task_index")
 
 #: info.json is read whole: real ones are a few kilobytes (a few hundred with long `names` lists).

@@ -15,7 +15,7 @@ from typing import Mapping, Optional, Sequence
 from transforms.base.errors import LeRobotImportError
 from transforms.lerobot import episodes_files, v2
 from transforms.lerobot.episodes_files import EpisodeRow
-from transforms.lerobot.info import EPISODES_DIR, DatasetInfo
+from transforms.lerobot.info import META_EPISODES_DIR, DatasetInfo
 
 
 class Layout:
@@ -72,7 +72,7 @@ class V3EpisodesFiles(Layout):
                 source.close()
 
     def output_stem(self, unit: str) -> str:
-        prefix = EPISODES_DIR + "/"
+        prefix = META_EPISODES_DIR + "/"
         rel = unit[len(prefix):] if unit.startswith(prefix) else unit
         return rel[:-len(".parquet")] if rel.endswith(".parquet") else rel
 

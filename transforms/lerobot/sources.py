@@ -30,7 +30,7 @@ from transforms.base.errors import LeRobotImportError
 from transforms.lerobot import v2
 from transforms.lerobot.episodes_files import EpisodeRow, read_episodes_file
 from transforms.lerobot.fingerprint import SOURCE_DIRS, VERSION_KEYS
-from transforms.lerobot.info import EPISODES_DIR, INFO_JSON_MAX_BYTES, INFO_PATH, DatasetInfo, parse_info
+from transforms.lerobot.info import META_EPISODES_DIR, INFO_JSON_MAX_BYTES, INFO_PATH, DatasetInfo, parse_info
 
 #: Listing keys that change when an object is rewritten; `created` is all the in-memory store gives.
 _VERSION_KEYS = VERSION_KEYS + ("created",)
@@ -97,7 +97,7 @@ class SourceListing:
 
     def episodes_files(self) -> tuple[str, ...]:
         """`meta/episodes/<chunk>/<name>.parquet`, sorted: the episodes files an import lists."""
-        prefix = EPISODES_DIR + "/"
+        prefix = META_EPISODES_DIR + "/"
         return tuple(sorted(p for p in self.files if p.startswith(prefix) and p.endswith(".parquet")
                             and p[len(prefix):].count("/") == 1))
 

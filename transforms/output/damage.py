@@ -123,7 +123,7 @@ def find_damage(out_root: str, manifest: Optional[Mapping[str, Any]], *, checksu
 def without_damage(manifest: Optional[dict], damage: OutputDamage) -> Optional[dict]:
     """The manifest as a run decides from it once `damage` is known: each episodes file with a damaged part
     is taken as not imported (status `damaged`: `sources.decide` imports it again). Damaged shards are
-    handed to `media_index_table.decide_run(damaged=)`, which takes them as never written."""
+    handed to `incremental.decide_run(damaged=)`, which takes them as never written."""
     if manifest is None or not damage.episodes_files:
         return manifest
     entries = dict(manifest.get("episodes_files") or {})

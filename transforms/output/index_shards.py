@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import bisect
 import dataclasses
+import functools
 import hashlib
 import io
 from typing import Any, Callable, Iterable, Mapping, Optional, Sequence
@@ -52,16 +53,40 @@ def media_index_schema() -> pa.Schema:
 
 
 @dataclasses.dataclass(frozen=True)
-class IndexRow:
-    """One MP4's row: its URI, size, storage token when listed, and MediaIndex (a length-1 array)."""
+class MediaIndexRow:
+    """One MP4's row of the media_index/ table: the dataset and the MP4 it is of, the MP4's URI, size, storage
+    token when listed, and MediaIndex (a length-1 spql.MediaIndex array).
 
+    Its index is held as Arrow IPC bytes, made once where the MP4 is read and turned back into an array
+    only where it is used (the shard writer): across each shuffle the row is pickled as those bytes, where
+    pickling a nested Arrow array builds a Python object per child array and buffer (ten times the cost of
+    copying its bytes once), and making the bytes again at every shuffle was most of the step's cost."""
+
+    dataset: str
+    file: str  # the MP4, relative to the dataset root
     uri: str
     size: int
-    version: str
-    index: pa.Array
+    version: str  # its storage token when the run listed it
+    index_ipc: bytes  # length-1 spql.MediaIndex, `spql_types.array_to_ipc`
+
+    @classmethod
+    def of(cls, dataset: str, file: str, uri: str, size: int, version: str, index: pa.Array) -> "MediaIndexRow":
+        return cls(dataset, file, uri, size, version, spql_types.array_to_ipc(index))
+
+    @functools.cached_property
+    def index(self) -> pa.Array:
+        """The length-1 spql.MediaIndex (its buffers views of `index_ipc`)."""
+        return spql_types.array_from_ipc(self.index_ipc)
+
+    @property
+    def shard(self) -> str:
+        return paths.media_index_shard_path(self.file)
+
+    def __reduce__(self):  # the fields alone: never the array `index` may have cached
+        return MediaIndexRow, (self.dataset, self.file, self.uri, self.size, self.version, self.index_ipc)
 
 
-def media_index_table(rows: Iterable[IndexRow]) -> pa.Table:
+def media_index_table(rows: Iterable[MediaIndexRow]) -> pa.Table:
     """Rows -> the table, sorted by URI."""
     rows = sorted(rows, key=lambda r: r.uri)
     index = pa.concat_arrays([r.index for r in rows]) if rows else pa.array([], spql_types.media_index())
@@ -153,7 +178,7 @@ def shard_bytes(table: pa.Table) -> bytes:
     return sink.getvalue()
 
 
-def update_media_index_shard(out_root: str, shard: str, rows: Sequence[IndexRow],
+def update_media_index_shard(out_root: str, shard: str, rows: Sequence[MediaIndexRow],
                              keep: Optional[frozenset[str]]) -> ShardOutcome:
     """Bring one shard up to date: its old rows that stay, plus this run's rows; written atomically.
 
@@ -240,8 +265,9 @@ class ShardRows:
             self._last[shard] = last
         return last[1]
 
-    def get(self, shard: str, uri: str) -> Optional[IndexRow]:
-        """The row of `uri` in `shard` (relative to the output root), or None when there is none."""
+    def get(self, dataset: str, file: str, uri: str) -> Optional[MediaIndexRow]:
+        """The row of an MP4 (`file` of `dataset`, at `uri`) in its shard, or None when there is none."""
+        shard = paths.media_index_shard_path(file)
         found = self._footer(shard)
         if found is None:
             return None
@@ -254,8 +280,8 @@ class ShardRows:
         if not len(hits):
             return None
         row = table.slice(int(hits[0]), 1)
-        return IndexRow(uri, int(row.column("size")[0].as_py()), str(row.column("version")[0].as_py()),
-                        row.column("index").combine_chunks())
+        return MediaIndexRow.of(dataset, file, uri, int(row.column("size")[0].as_py()),
+                                str(row.column("version")[0].as_py()), row.column("index").combine_chunks())
 
 
 # ---- what a run does with a dataset's media_index/ -----------------------------------------------
@@ -357,40 +383,6 @@ def without_shards(previous: PreviousMediaIndex, shards: frozenset[str]) -> Prev
 
 #: Why every episodes file of an output written in an older media_index/ layout is imported again.
 OLDER_LAYOUT = "older media_index layout"
-
-
-def decide_run(files: Sequence[sources.EpisodesFileSources], previous_manifest: Optional[Mapping[str, Any]],
-               token: Callable[[str], str], *, dataset_file: Callable[[str], str], inline_index: bool = False,
-               force: bool = False, damaged: Iterable[str] = ()
-               ) -> tuple[tuple[sources.EpisodesFileDecision, ...], MediaIndexPlan]:
-    """Per episodes file what a run does (`sources.decide`), and what it does with MP4s and shards.
-
-    An unchanged episodes file is left alone only when every MP4 it uses is accounted for by the last
-    run's media_index/ (`video_versions`, same token): else it is imported, which reads its MP4s. An
-    output of an older layout (no `media_index_layout`) is imported again whole.
-
-    Args:
-        files: the sources of the dataset's current episodes files.
-        previous_manifest: the output's manifest written with this run's options, or None.
-        token: MP4 path -> its storage token now.
-        dataset_file: MP4 path -> its URI.
-        inline_index: the run writes each MediaIndex inside the episodes (no media_index/).
-        force: redo everything.
-        damaged: shards found damaged (`damage.find_damage`): rebuilt, every MP4 of them read again.
-    """
-    previous = without_shards(previous_media_index(previous_manifest), frozenset(damaged))
-    videos = sorted({v for f in files for v in f.video_files})
-    tokens = {v: token(v) for v in videos}
-    carry = previous_manifest is not None and not inline_index and not force
-    rebuild = OLDER_LAYOUT if carry and previous.older_layout and (
-        videos or previous_manifest.get("media_index")) else None
-    decisions = sources.decide(files, previous_manifest, force=force, rebuild=rebuild,
-                               recorded_videos=previous.versions if carry else None, video_tokens=tokens)
-    imported = {v for d in decisions if d.action == sources.IMPORT and d.sources for v in d.sources.video_files}
-    left = {v for d in decisions if d.action == sources.UNCHANGED and d.sources for v in d.sources.video_files}
-    plan = plan_media_index(videos, imported, tokens.__getitem__, previous, dataset_file=dataset_file,
-                            inline_index=inline_index, force=force, left_videos=left)
-    return decisions, plan
 
 
 def final_media_index(kept: Iterable[ShardRecord], outcomes: Iterable[ShardOutcome], versions: Iterable[tuple[str, str]]

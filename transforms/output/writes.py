@@ -41,7 +41,7 @@ def tool_version() -> str:
 
 
 def part_table(info: DatasetInfo, rows: Sequence[EpisodeRow], frames: Sequence[pa.StructArray],
-               video_files: Mapping[str, clips.VideoFile], *, inline_index: bool) -> pa.Table:
+               video_files: Mapping[str, clips.Mp4File], *, inline_index: bool) -> pa.Table:
     """One part: its episodes in row order, typed as the episode type.
 
     Args:

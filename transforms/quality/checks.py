@@ -104,16 +104,8 @@ def parse_strict(value: Optional[str]) -> frozenset[str]:
 def suspects(info: DatasetInfo, rows: Sequence[EpisodeRow], frames: Sequence[pa.StructArray], plan: FeaturePlan,
              *, tasks: Optional[Sequence[str]] = None,
              samples: Optional[Mapping[str, SampleTimes]] = None) -> np.ndarray:
-    """A bool per episode (`rows[i]` with typed `frames[i]`): True where some check's screen names it.
-
-    Args:
-        info: the dataset's info.json.
-        rows: the episodes.
-        frames: their typed frames, in the same order.
-        plan: which features the checks read.
-        tasks: meta/tasks.parquet's tasks in row order, or None.
-        samples: per MP4, its sample times around these episodes' clips.
-    """
+    """A bool per episode (`rows[i]` with typed `frames[i]`): True where some check's screen names it (the
+    arguments are `screen.PartFrames`')."""
     part = screen.PartFrames(info, rows, frames, plan, tasks=tasks, samples=samples)
     flagged = part.none()
     if part.empty:

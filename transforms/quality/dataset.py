@@ -25,7 +25,7 @@ from transforms.lerobot.info import INDEXED_CODECS, INFO_PATH, DatasetInfo
 from transforms.mp4 import arrow as mp4_arrow
 from transforms.quality.dataset_checks import dataset_totals, info_document
 from transforms.quality.findings import ERROR, Finding, with_severity
-from transforms.quality.part import check_part, read_tasks
+from transforms.quality.part import check_part, ordered_tasks
 from transforms.quality.video_checks import SampleTimes, presentation_times, sample_window
 
 #: Episodes files (and MP4s) read at once.
@@ -91,7 +91,7 @@ def check_dataset_quality(root: str, *, strict: frozenset[str] = frozenset(), sk
     uri = checked.root
     full_info = checked.info
     info = checked_info(full_info)
-    tasks = read_tasks(uri)
+    tasks = ordered_tasks(uri)
     raw_info = storage.read_bytes(storage.dataset_file(uri, INFO_PATH), what="info file", file=INFO_PATH)
     with ThreadPoolExecutor(max(1, threads)) as pool:
         planned = list(pool.map(lambda rel: _rows(uri, rel, full_info), checked.episodes_files))

@@ -11,7 +11,7 @@ import pyarrow as pa
 
 from transforms.lerobot.episodes_files import EpisodeRow
 from transforms.lerobot.info import DatasetInfo
-from transforms.lerobot.tasks import read_tasks as read_dataset_tasks
+from transforms.lerobot.tasks import read_tasks
 from transforms.base.errors import LeRobotImportError
 from transforms.quality import dataset_checks
 from transforms.quality.checks import check_episode, suspects
@@ -59,11 +59,11 @@ def check_part(dataset: str, episodes_file: str, info: DatasetInfo, rows: Sequen
     return with_severity(found, strict)
 
 
-def read_tasks(root: str) -> Optional[list[str]]:
+def ordered_tasks(root: str) -> Optional[list[str]]:
     """meta/tasks.parquet's tasks in row order (task_index k is row k), None when the dataset has no readable
     tasks file (the tasks check is then skipped: nothing to compare with)."""
     try:  # tasks.parquet, or a v2.x dataset's meta/tasks.jsonl (each line naming its task_index)
-        by_index = read_dataset_tasks(root)
+        by_index = read_tasks(root)
     except (LeRobotImportError, OSError, KeyError, ValueError, pa.ArrowException):
         return None
     return [by_index[i] for i in range(len(by_index))] if set(by_index) == set(range(len(by_index))) else None

@@ -88,15 +88,24 @@ class PartFrames:
         return self.n == 0 or self.total == 0
 
 
-def timestamp_grid(part: PartFrames) -> np.ndarray:
-    fps = part.info.fps
+def _timeline(part: PartFrames, least: int = 1):
+    """(timestamps, fps) for the timestamp screens, or the screen's answer when they cannot run: every episode
+    (a null timestamp), none (no timestamp feature, no usable fps, fewer than `least` frames)."""
     if "timestamp" not in part.plan.names:
         return part.none()
-    ts = part.timestamps
-    if ts is None:
+    if part.timestamps is None:
         return part.every()
-    if not fps or fps <= 0:
+    fps = part.info.fps
+    if not fps or fps <= 0 or part.total < least:
         return part.none()
+    return part.timestamps, fps
+
+
+def timestamp_grid(part: PartFrames) -> np.ndarray:
+    found = _timeline(part)
+    if isinstance(found, np.ndarray):
+        return found
+    ts, fps = found
     where = part.frame_index if part.frame_index is not None else part.positions
     dtype = ts.dtype if np.issubdtype(ts.dtype, np.floating) else np.dtype(np.float64)
     expected = (where / fps).astype(dtype).astype(np.float64)
@@ -104,14 +113,10 @@ def timestamp_grid(part: PartFrames) -> np.ndarray:
 
 
 def timestamp_steps(part: PartFrames) -> np.ndarray:
-    fps = part.info.fps
-    if "timestamp" not in part.plan.names:
-        return part.none()
-    ts = part.timestamps
-    if ts is None:
-        return part.every()
-    if not fps or fps <= 0 or part.total < 2:
-        return part.none()
+    found = _timeline(part, least=2)
+    if isinstance(found, np.ndarray):
+        return found
+    ts, fps = found
     values = ts.astype(np.float64)
     spacing = np.spacing(np.abs(ts[1:])).astype(np.float64) if np.issubdtype(ts.dtype, np.floating) else 0.0
     within = part.episode_of[1:] == part.episode_of[:-1]
@@ -146,26 +151,26 @@ def _feature_values(part: PartFrames, name: str) -> Optional[np.ndarray]:
     return values.to_numpy(zero_copy_only=False).reshape(part.total, width)
 
 
-def non_finite(part: PartFrames) -> np.ndarray:
+def _per_feature(part: PartFrames, features, test) -> np.ndarray:
+    """The episodes `test(values as (frames, dims)) -> per-episode bools` names for any of `features`."""
     flagged = part.none()
-    for feature in part.plan.floats:
+    for feature in features:
         values = _feature_values(part, feature.name)
         if values is None:
             return part.every()
-        flagged |= part.flag(~np.isfinite(values).all(axis=1))
+        flagged |= test(values)
     return flagged
+
+
+def non_finite(part: PartFrames) -> np.ndarray:
+    return _per_feature(part, part.plan.floats, lambda values: part.flag(~np.isfinite(values).all(axis=1)))
 
 
 def frozen_feature(part: PartFrames) -> np.ndarray:
-    flagged = part.none()
-    for feature in part.plan.numerics:
-        values = _feature_values(part, feature.name)
-        if values is None:
-            return part.every()
+    def still(values: np.ndarray) -> np.ndarray:
         moved = ~(values == values[part.starts][part.episode_of]).all(axis=1)
-        still = np.bincount(part.episode_of[moved], minlength=part.n) == 0
-        flagged |= still & (part.lengths >= 2)
-    return flagged
+        return (np.bincount(part.episode_of[moved], minlength=part.n) == 0) & (part.lengths >= 2)
+    return _per_feature(part, part.plan.numerics, still)
 
 
 def episode_tasks(part: PartFrames) -> np.ndarray:
