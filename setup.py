@@ -28,6 +28,9 @@ setup(
         # --runner DataflowRunner: Beam's Google Cloud client libraries (the Flex Template image installs this)
         "dataflow": ["apache-beam[gcp]>=2.76,<2.78"],
         "video": ["av>=14"],
+        # --runner DaskRunner on a dask.distributed cluster (pipelines.dask_runner knows Beam 2.77's internals);
+        # every worker of the cluster needs it too, with the project itself
+        "dask": ["apache-beam[dask]>=2.77,<2.78", "distributed>=2024.8"],
         # hf://datasets/OWNER/NAME[@REVISION] dataset roots, read in place from the Hugging Face Hub
         "hub": ["huggingface_hub>=0.30"],
         # transforms.reader.ImportedFrames: training from an import with PyTorch (the CPU build is enough)
@@ -51,6 +54,9 @@ setup(
             "huggingface_hub>=0.30",
             # the README's query examples (transforms.reader.query) run against both engines
             "duckdb>=1.3",
+            # tests/test_dask_cluster.py: the import on a LocalCluster of worker processes
+            "apache-beam[dask]>=2.77,<2.78",
+            "distributed>=2024.8",
             "polars>=1.30",
             # PyTorch is not here: `torch` from PyPI brings the CUDA build (gigabytes). The README's test
             # command installs torch==2.13.0 from PyTorch's CPU index beside this extra.

@@ -8,7 +8,8 @@
 from __future__ import annotations
 
 from transforms.lerobot.span import DATA_SPAN_LIMIT
-from transforms.base.run_limits import DEFAULT_DEADLINES_S, HUB_LIST_MAX_ITEMS, HUB_LIST_MAX_PAGES
+from transforms.base.run_limits import (DEFAULT_DEADLINES_S, HUB_LIST_MAX_ITEMS, HUB_LIST_MAX_PAGES, MIN_READ_RATE,
+                                        SLOW_READ_S)
 
 
 def add_import_arguments(parser) -> None:
@@ -81,6 +82,12 @@ def add_import_arguments(parser) -> None:
                         default=HUB_LIST_MAX_ITEMS, metavar="N",
                         help="Entries a Hugging Face Hub listing may have before it is refused (rule limit). "
                              f"Default: {HUB_LIST_MAX_ITEMS}.")
+    parser.add_argument("--min_read_rate", "--min-read-rate", dest="min_read_rate", default=None,
+                        metavar="BYTES_PER_S[/SECONDS]",
+                        help="The floor rate of a read: one that gets fewer bytes a second than this over SECONDS "
+                             "(a source trickling its bytes) fails with rule deadline, naming the file; 0 lets "
+                             f"reads be as slow as they come. Default: {MIN_READ_RATE:.0f}/{SLOW_READ_S:.0f} "
+                             "(1 KiB/s over 30 s).")
 
 
 def add_run_arguments(parser) -> None:

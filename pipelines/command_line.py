@@ -11,6 +11,7 @@ knows, with the closest known one. `--help` and `--version` never import Beam (i
 from __future__ import annotations
 
 import argparse
+import contextlib
 import difflib
 import re
 import sys
@@ -119,7 +120,7 @@ def beam_help() -> str:
     parser = _parser_class()(prog=f"{PROG} ... [Beam pipeline options]", add_help=False, usage=argparse.SUPPRESS,
                              description="Apache Beam pipeline options (they follow the import options on the "
                                          "command line):")
-    for cls in _options_classes():
+    for cls in _options_classes(dask=True):
         if cls not in (ImportOptions, RunOptions):
             try:
                 cls._add_argparse_args(parser)
@@ -165,7 +166,7 @@ def check_arguments(argv: Sequence[str]) -> None:
     """Refuse (UsageError, with the closest known option) an argument that neither the import nor any of
     Beam's options classes knows: Beam would drop it with a log line and the run would do something else
     than asked. A bad value of a known option is refused the same way, without Beam's whole usage."""
-    parser = _all_options_parser()
+    parser = _all_options_parser(dask=any(a.startswith("--dask_") for a in argv))
     _, unknown = parser.parse_known_args(list(argv))
     problems = []
     known = sorted({s for a in parser._actions for s in a.option_strings})  # noqa: SLF001 - argparse API
@@ -204,20 +205,25 @@ def _parser_class() -> type:
     return Parser
 
 
-def _options_classes() -> list[type]:
-    """Every PipelineOptions class once (the import's included), as Beam itself collects them."""
+def _options_classes(dask: bool = False) -> list[type]:
+    """Every PipelineOptions class once (the import's included), as Beam itself collects them; with `dask`,
+    also the Dask runner's (`--dask_client_address`, ...), whose module loads Dask: only a command line that
+    gives one of them pays for it."""
     from apache_beam.options.pipeline_options import PipelineOptions
 
     import pipelines.options  # noqa: F401 - registers ImportOptions and RunOptions
+    if dask:
+        with contextlib.suppress(ImportError):  # without apache-beam[dask] they stay unknown options
+            import apache_beam.runners.dask.dask_runner  # noqa: F401 - registers DaskOptions
     seen: dict[str, type] = {}
     for cls in PipelineOptions.__subclasses__():
         seen.setdefault(str(cls), cls)
     return list(seen.values())
 
 
-def _all_options_parser() -> argparse.ArgumentParser:
+def _all_options_parser(dask: bool = False) -> argparse.ArgumentParser:
     parser = _parser_class()(add_help=False, allow_abbrev=False)
-    for cls in _options_classes():
+    for cls in _options_classes(dask):
         try:
             cls._add_argparse_args(parser)
         except argparse.ArgumentError:

@@ -79,12 +79,12 @@ def config_from_options(options: ImportOptions, *, run_id: str = "", started_at:
 
 
 def limits_from_options(options: ImportOptions):  # -> run_limits.RunLimits
-    """The run's bounds (--phase_deadline, --hub_list_max_pages, --hub_list_max_items); a value that is none
-    is a usage error."""
+    """The run's bounds (--phase_deadline, --hub_list_max_pages, --hub_list_max_items, --min_read_rate); a value
+    that is none is a usage error."""
     from transforms.base import run_limits
     try:
         return run_limits.from_values(options.phase_deadline, options.hub_list_max_pages,
-                                      options.hub_list_max_items)
+                                      options.hub_list_max_items, getattr(options, "min_read_rate", None))
     except ValueError as ex:
         raise console.UsageError(f"error: {ex}") from None
 
@@ -141,6 +141,7 @@ def _run(argv: list[str], *, wait: bool, verbosity: int, stage: run_control.Stag
 
     options = PipelineOptions(argv)
     import_options = options.view_as(ImportOptions)
+    runners.use_dask_runner(options)
     problem = runners.runner_problem(options)
     if problem:  # before any lease or request: Beam would say it only once the pipeline is submitted
         raise SystemExit(f"error: {problem}")

@@ -326,7 +326,8 @@ def run(argv: Optional[Sequence[str]] = None) -> int:
     options = output_options(settings)
     from transforms.base import run_limits
     try:  # the import's bounds: a stuck source or an endless Hub listing ends the plan as it ends a run
-        limits = run_limits.from_values(args.phase_deadline, args.hub_list_max_pages, args.hub_list_max_items)
+        limits = run_limits.from_values(args.phase_deadline, args.hub_list_max_pages, args.hub_list_max_items,
+                                        getattr(args, "min_read_rate", None))
     except ValueError as ex:
         ap.error(str(ex))
     run_limits.install(limits)

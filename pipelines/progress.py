@@ -139,7 +139,7 @@ def showing(enabled: bool, **kwargs) -> Iterator[Optional[ProgressDisplay]]:
 
 
 def local_run(options) -> bool:
-    """The run's steps run in this process (not on Dataflow, not in the worker processes of the direct
+    """The run's steps run in this process (not on Dataflow or a Dask cluster, not in the worker processes of the direct
     runner's multi_processing mode), so their counts reach the line.
 
     Args:
@@ -149,4 +149,5 @@ def local_run(options) -> bool:
 
     runner = options.view_as(StandardOptions).runner
     name = runner if isinstance(runner, str) else type(runner).__name__ if runner is not None else ""
-    return "dataflow" not in name.lower() and options.view_as(DirectOptions).direct_running_mode != "multi_processing"
+    remote = "dataflow" in name.lower() or "dask" in name.lower()  # steps on workers, counts there
+    return not remote and options.view_as(DirectOptions).direct_running_mode != "multi_processing"

@@ -108,7 +108,7 @@ def run_interruptibly(pipeline: beam.Pipeline):  # -> its PipelineResult
 
     def target() -> None:
         try:
-            result = pipeline.run()
+            result = box["running"] = pipeline.run()
             result.wait_until_finish()
             box["result"] = result
         except BaseException as ex:  # noqa: BLE001 - handed to the main thread, raised there
@@ -131,6 +131,12 @@ def run_interruptibly(pipeline: beam.Pipeline):  # -> its PipelineResult
                     signal.signal(s, signal.SIG_IGN)
                 raise Stuck(stuck)
     except (Interrupted, Stuck):
+        # A run on a cluster (the Dask runner) goes on there: its tasks are cancelled and those already
+        # running waited for, so what the command then records is final, as `stopping` makes it locally
+        stop_remote = getattr(box.get("running"), "stop_remote_work", None)
+        if stop_remote is not None and not stop_remote(STOP_WAIT_S):
+            _LOG.warning("tasks of the run still running on the cluster %.0f s after the stop; recording "
+                         "what was committed anyway", STOP_WAIT_S)
         # Beam removes the local temporary folder every Pipeline makes (empty for the import) only when
         # run() returns, and the command ends before the pipeline's thread does
         tempdir = getattr(pipeline, "local_tempdir", None)

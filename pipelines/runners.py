@@ -9,6 +9,28 @@ if TYPE_CHECKING:
     from apache_beam.options.pipeline_options import PipelineOptions
 
 
+#: `--runner` values that name Beam's Dask runner (its short names, its class path): the import runs them on
+#: `pipelines.dask_runner`, which computes what the DirectRunner computes (Beam's own loses outputs).
+DASK_RUNNER_NAMES = ("daskrunner", "dask", "apache_beam.runners.dask.dask_runner.daskrunner")
+
+
+def use_dask_runner(options: PipelineOptions) -> bool:
+    """`--runner DaskRunner` (or Beam's class path) runs on `pipelines.dask_runner.DaskRunner`; only then is
+    that module (and Dask) loaded. SystemExit with one line when this Beam or this install cannot run it."""
+    from apache_beam.options.pipeline_options import StandardOptions
+
+    standard = options.view_as(StandardOptions)
+    if not isinstance(standard.runner, str) or standard.runner.lower() not in DASK_RUNNER_NAMES:
+        return False
+    from pipelines import dask_runner
+    dask_runner.check_beam()
+    problem = dask_runner.check_installed()
+    if problem:
+        raise SystemExit(f"error: {problem}")
+    standard.runner = dask_runner.RUNNER_PATH
+    return True
+
+
 DATAFLOW_NEEDS = (("project", "PROJECT"), ("region", "us-central1"), ("temp_location", "gs://BUCKET/tmp"))
 
 

@@ -354,7 +354,8 @@ def make_dataset(root: str | os.PathLike, videos: dict[str, tuple[str | os.PathL
         "index": pa.array(range(length), pa.int64()),
         "task_index": pa.array([0] * length, pa.int64()),
     }), root / "data" / "chunk-000" / "file-000.parquet")
-    pq.write_table(pa.table({"task_index": pa.array([0], pa.int64())}), root / "meta" / "tasks.parquet")
+    pq.write_table(pa.table({"task_index": pa.array([0], pa.int64()), "task": ["do the thing"]}),
+                   root / "meta" / "tasks.parquet")
     episodes = {
         "episode_index": pa.array([0], pa.int64()),
         "tasks": pa.array([["do the thing"]], pa.list_(pa.string())),

@@ -57,6 +57,7 @@ GOOD = {
     "phase_deadline": {"600": "600", "plan=60": "plan=60", "check=1800,write=7200.5": "check=1800,write=7200.5"},
     "hub_list_max_pages": {"2000": 2000, "1": 1},
     "hub_list_max_items": {"1000000": 1000000, "5000000": 5000000},
+    "min_read_rate": {"1024": "1024", "512/10": "512/10", "0": "0", "2048.5/7.5": "2048.5/7.5"},
 }
 BAD = {
     "dataset": ["", "/local/path", "my-bucket/x", "s3://bkt/x", "gs://", "gs://B/x", "gs://ab c/x",
@@ -75,6 +76,7 @@ BAD = {
     "phase_deadline": ["", "plan", "plan=", "listing=5", "plan=5,", "plan=5, write=6", "-1", "plan=1e3"],
     "hub_list_max_pages": ["", "0", "-5", "1.5", "01"],
     "hub_list_max_items": ["", "0", "1e6", "10 "],
+    "min_read_rate": ["", "-1", "fast", "1/", "/30", "1e3", "1/2/3", "1 "],
 }
 
 

@@ -75,7 +75,7 @@ def test_the_readme_test_command_installs_what_ci_tests_need():
     setup = (REPO / "setup.py").read_text()
     test_extra = setup[setup.index('"test": ['):]
     test_extra = test_extra[:test_extra.index("],")]
-    for package in ('"duckdb', '"polars', '"av', '"spiral-sdk', '"huggingface_hub', '"pytest-xdist'):
+    for package in ('"duckdb', '"polars', '"av', '"spiral-sdk', '"huggingface_hub', '"pytest-xdist', '"distributed'):
         assert package in test_extra, package
     ci = (REPO / ".ci" / "run").read_text()
     assert "pip install --quiet \"torch" not in ci  # the README's command is the one way tests get torch

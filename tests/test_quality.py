@@ -348,3 +348,52 @@ def test_table_and_summary():
     merged = quality.merge_summaries([summary, {"non_finite": {"episodes": 1, "findings": 1, "severity": "warning",
                                                                "example": "other"}}])
     assert merged["non_finite"] == {"episodes": 3, "findings": 4, "severity": "error", "example": "episode 2: x"}
+
+
+def test_a_huge_fixed_size_list_feature_is_checked_in_bounded_blocks():
+    """A numeric feature of 200,000 dimensions (61 MB over two episodes of 40 frames): the checks find the NaN
+    of one episode and the frozen other, adding a bounded buffer beside the frames (blocks of frames), not
+    copies of the feature (the screen joined every episode's column into one, and compared it with a
+    second copy of each episode's first frame)."""
+    import time
+    import tracemalloc
+    width, n = 200_000, 40
+    info = parse_info(json.dumps({"codebase_version": "v3.0", "fps": 30, "data_path": "d.parquet", "features": {
+        "timestamp": {"dtype": "float32", "shape": [1]}, "frame_index": {"dtype": "int64", "shape": [1]},
+        "observation.big": {"dtype": "float32", "shape": [width]}}}).encode())
+    rows, frames = [], {}
+    for e in range(3):
+        values = np.random.default_rng(e).random((n, width), dtype=np.float32)
+        if e == 0:
+            values[3, 17] = np.nan
+        if e == 1:
+            values[:] = values[0]
+        if e == 2:  # frozen but for the last dimension of its last frame, across the blocks' edges
+            values[:] = values[0]
+            values[-1, -1] += 1
+        big = pa.FixedSizeListArray.from_arrays(pa.array(values.reshape(-1)), width)
+        frames[e] = pa.StructArray.from_arrays([pa.array((np.arange(n) / 30).astype(np.float32)),
+                                                pa.array(np.arange(n)), big],
+                                               names=["timestamp", "frame_index", "observation.big"])
+        rows.append(EpisodeRow(e, e, ("t",), n, "d.parquet", e * n, (e + 1) * n, ()))
+        del values, big
+    pool = pa.proxy_memory_pool(pa.default_memory_pool())
+    before = pa.default_memory_pool()
+    pa.set_memory_pool(pool)
+    tracemalloc.start()
+    started = time.perf_counter()
+    try:
+        found = quality.check_part("ds", "meta/episodes/chunk-000/file-000.parquet", info, rows, frames)
+        _, numpy_peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+        pa.set_memory_pool(before)
+    seconds = time.perf_counter() - started
+    assert [(f.check, f.episode_index, f.count, f.first_frame) for f in found] == [
+        ("non_finite", 0, 1, 3), ("frozen_feature", 1, n, 0)]
+    assert "holds 1 non-finite values (1 NaN, 0 infinite) in 1 of 40 frames, first at frame 3 (dimensions: 17)" \
+        in found[0].detail
+    block = (1 << 21) * 4  # the float32 values of one block of the checks (episode_checks.BLOCK_VALUES)
+    assert numpy_peak < 3 * block, f"numpy peak {numpy_peak / 2 ** 20:.0f} MB"  # 76 MB before
+    assert pool.max_memory() < 3 * block, f"Arrow peak {pool.max_memory() / 2 ** 20:.0f} MB"  # 92 MB before
+    assert seconds < 30

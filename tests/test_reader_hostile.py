@@ -295,3 +295,36 @@ def test_episode_pickles_with_its_roots(imports):
     back = pickle.loads(pickle.dumps(ep))
     assert back.access.allowed_roots == ep.access.allowed_roots and back.access.allowed_roots
     assert os.path.basename(back.access.allowed_roots[0]) == "out"
+
+
+# ------------------------------------------------------------------------------------------------
+# Numeric arguments of the reader's API
+# ------------------------------------------------------------------------------------------------
+
+BAD_NUMBERS = [float("nan"), float("inf"), -1.0, True, "0.1"]
+
+
+@pytest.mark.parametrize("value", BAD_NUMBERS, ids=repr)
+def test_reader_numeric_arguments_are_the_readers_own_error(imports, value):
+    """NaN, an infinity, a negative, a bool or a string given for a number: a ReaderError naming the argument
+    where it is given (a NaN tolerance ended in a ValueError deep inside the seek)."""
+    from transforms.reader import MediaIndexStore, VideoAccess
+    shown = f"{value!r}"
+    _raises(lambda: ImportReader(str(imports["out"]), tolerance=value), f"tolerance={shown} is not a finite number")
+    reader = ImportReader(str(imports["out"]))
+    episode = reader.episode(0)
+    _raises(lambda: episode.video(CAM, tolerance=value), f"tolerance={shown} is not a finite number >= 0")
+    _raises(lambda: VideoAccess(tolerance=value), f"tolerance={shown}")
+    _raises(lambda: reader.episode(value), f"episode_index={shown} is not a finite whole number >= 0")
+    _raises(lambda: MediaIndexStore([], cache_files=value), f"cache_files={shown}")
+    _raises(lambda: MediaIndexStore([], cache_track_bytes=value), f"cache_track_bytes={shown}")
+    handle = episode.video(CAM)
+    if not isinstance(value, str):  # numpy reads "0.1" as the time 0.1
+        _raises(lambda: handle.frames_at([0.0, value]), "episode time")
+    _raises(lambda: handle.frames_at([0.0, "soon"]), "episode times must be numbers in seconds")
+    assert handle.frame_at(0.0).shape[2] == 3  # the handle still reads after a refused request
+
+
+def test_a_whole_float_episode_index_still_finds_the_episode(imports):
+    reader = ImportReader(str(imports["out"]))
+    assert reader.episode(1.0).episode_index == reader.episode(1).episode_index == 1

@@ -307,3 +307,166 @@ def test_quality_checks_read_the_v2_files(pair, tmp_path):
     found = check_dataset_quality(str(root)).findings
     # episode 2 lists both tasks (it switches at frame 7), so swapping their names still agrees with it
     assert {f.check for f in found} == {"episode_tasks"} and {f.episode_index for f in found} == {0, 1, 3}
+
+
+# ---- bounds of episodes.jsonl, and the tasks file --------------------------------------------------------
+
+def _episodes_jsonl(docs) -> bytes:
+    return "".join(json.dumps(d) + "\n" for d in docs).encode()
+
+
+def _line(i: int, length: int = 5, tasks=("t",)) -> dict:
+    return {"episode_index": i, "tasks": list(tasks), "length": length}
+
+
+@pytest.mark.parametrize("docs, words", [
+    ([_line(0), _line(1, 2 ** 52), _line(2, 2 ** 52), _line(3)],
+     "line 3 of meta/episodes.jsonl has `length` 4503599627370496, which brings the frames of the episodes "
+     "up to it past 9007199254740992"),
+    ([_line(0), _line(1, 2 ** 63 - 1)], "line 2 of meta/episodes.jsonl has `length` 9223372036854775807"),
+    ([_line(0), _line(1, tasks=["pick the cube %06d" % k for k in range(80_000)])],
+     "line 2 of meta/episodes.jsonl is longer than 1048576 bytes"),
+    ([_line(0), _line(1), _line(2, tasks=["t%d" % k for k in range(1025)])],
+     "line 3 of meta/episodes.jsonl lists 1025 tasks for episode 2, above the 1024 one episode may list"),
+])
+def test_episodes_jsonl_bounds_name_the_line(docs, words):
+    """Lengths whose running sum passes 2**53 (it wrapped the int64 range: rule `internal`), one line of
+    megabytes of task strings, or thousands of tasks for one episode are refused, naming the line."""
+    from transforms.base.errors import LeRobotImportError
+    with pytest.raises(LeRobotImportError) as raised:
+        v2.parse_episodes_jsonl(_episodes_jsonl(docs))
+    assert raised.value.rule == "episodes_file" and raised.value.file == "meta/episodes.jsonl"
+    assert words in raised.value.message, raised.value.message
+
+
+def test_a_long_line_is_found_across_blocks_and_at_the_end():
+    """The line scan reads the file in blocks: a long line that straddles a block, or ends the file without
+    a newline, is found and numbered like any other; 1 MiB exactly is still a line."""
+    from transforms.base.errors import LeRobotImportError
+    short = _episodes_jsonl([_line(i) for i in range(3)])
+    long_line = json.dumps(_line(3, tasks=["x" * (v2.MAX_EPISODES_LINE_BYTES - 60)])).encode()
+    assert len(long_line) <= v2.MAX_EPISODES_LINE_BYTES
+    assert len(v2.parse_episodes_jsonl(short + long_line + b"\n")) == 4
+    padding = b"\n" * (16 * 1024 * 1024 - len(short) - 10)  # the next line starts just before the block's end
+    too_long = json.dumps(_line(3, tasks=["x" * v2.MAX_EPISODES_LINE_BYTES])).encode()
+    for raw, number in ((short + padding + too_long + b"\n", short.count(b"\n") + len(padding) + 1),
+                        (short + too_long, 4)):
+        with pytest.raises(LeRobotImportError) as raised:
+            v2.parse_episodes_jsonl(raw)
+        assert f"line {number} of meta/episodes.jsonl is longer than" in raised.value.message
+
+
+def test_lengths_past_the_integer_range_fail_the_dataset_with_their_line(h264, tmp_path):
+    path = h264 / "meta" / "episodes.jsonl"
+    docs = [json.loads(line) for line in path.read_text().splitlines()]
+    for k in (3, 5, 7):
+        docs[k]["length"] = 2 ** 62 - 1
+    path.write_bytes(_episodes_jsonl(docs))
+    out = tmp_path / "out"
+    assert run_import(h264, out) == 1
+    (error,) = read_errors(out)
+    assert (error["rule"], error["file"]) == ("episodes_file", "meta/episodes.jsonl")
+    assert "line 4 of meta/episodes.jsonl has `length` 4611686018427387903" in error["message"]
+
+
+def test_a_missing_chunk_folder_costs_one_request(tmp_path, monkeypatch):
+    """The source listing asks storage once for a folder it does not show, and the files under a folder that
+    does not exist are missing without a request each (hundreds of thousands of episodes whose chunk
+    folders are gone took one request per file)."""
+    from transforms.lerobot import sources
+    root = tmp_path / "ds"
+    (root / "meta").mkdir(parents=True)
+    (root / "data" / "chunk-000").mkdir(parents=True)
+    (root / "data" / "chunk-000" / "episode_000000.parquet").write_bytes(b"x")
+    asked = []
+    real_stat, real_folder = sources._stat, sources._is_folder
+    monkeypatch.setattr(sources, "_stat", lambda r, rel: asked.append(rel) or real_stat(r, rel))
+    monkeypatch.setattr(sources, "_is_folder", lambda r, rel: asked.append(rel + "/") or real_folder(r, rel))
+    listing = sources.list_sources(str(root))
+    for chunk in (1, 2):
+        for ep in range(chunk * 1000, chunk * 1000 + 1000):
+            rel = f"data/chunk-{chunk:03d}/episode_{ep:06d}.parquet"
+            assert listing.get(rel) is None and listing.token(rel) == "missing"
+    assert listing.get("data/chunk-000/episode_000000.parquet").size == 1
+    assert listing.get("data/chunk-000/episode_000001.parquet") is None  # a folder it shows: the file is asked
+    assert sorted(asked) == ["data/chunk-000/episode_000001.parquet", "data/chunk-001/", "data/chunk-002/"]
+
+
+@pytest.fixture
+def so101_v21(pair, tmp_path):
+    return Path(shutil.copytree(pair("so101_av1")[0], tmp_path / "ds"))
+
+
+def test_v2_tasks_come_from_tasks_jsonl_never_a_stray_tasks_parquet(so101_v21):
+    """A v2.x dataset with a meta/tasks.parquet left by a half-finished conversion (here naming the tasks the
+    other way round) reads its tasks from tasks.jsonl: its episodes are clean."""
+    from transforms.lerobot.tasks import read_tasks
+    from transforms.quality.dataset import check_dataset_quality
+    jsonl = {json.loads(x)["task_index"]: json.loads(x)["task"]
+             for x in (so101_v21 / "meta" / "tasks.jsonl").read_text().splitlines()}
+    pq.write_table(pa.table({"task_index": [0, 1], "task": [jsonl[1], jsonl[0]]}), so101_v21 / "meta" / "tasks.parquet")
+    assert read_tasks(str(so101_v21)) == jsonl
+    report = check_dataset_quality(str(so101_v21))
+    assert (report.findings, report.problems) == ((), ())
+
+
+@pytest.mark.parametrize("line, words", [
+    ('{"task_index": NaN, "task": "x"}', "line 2 of meta/tasks.jsonl has `task_index` nan; it must be an integer "
+                                         "from 0 to 2147483647"),
+    ('{"task_index": 1e400, "task": "x"}', "line 2 of meta/tasks.jsonl has `task_index` inf"),
+    ('{"task_index": 99999999999999, "task": "x"}', "line 2 of meta/tasks.jsonl has `task_index` 99999999999999"),
+    ('{"task_index": -1, "task": "x"}', "line 2 of meta/tasks.jsonl has `task_index` -1"),
+    ("[" * 100_000, "line 2 of meta/tasks.jsonl is not JSON"),
+    ("not json", "line 2 of meta/tasks.jsonl is not JSON"),
+    ('{"task_index": 0, "task": "again"}', "line 2 of meta/tasks.jsonl lists task_index 0 again (line 1 names it "
+                                           "first)"),
+], ids=["nan", "inf", "huge", "negative", "nested", "not_json", "twice"])
+def test_an_unreadable_tasks_jsonl_is_a_dataset_finding_naming_the_line(so101_v21, line, words, capsys):
+    """The tasks check does not skip in silence: a tasks.jsonl that is there but cannot be read is one
+    dataset-level `episode_tasks` finding naming the file and the line; `check` prints it, and exits 1
+    when the check is strict."""
+    from pipelines import check
+    from transforms.quality.dataset import check_dataset_quality
+    path = so101_v21 / "meta" / "tasks.jsonl"
+    lines = path.read_text().splitlines()
+    path.write_text("\n".join([lines[0], line] + lines[1:]) + "\n")
+    (finding,) = check_dataset_quality(str(so101_v21)).findings
+    assert (finding.check, finding.episodes_file, finding.episode_index, finding.file) == (
+        "episode_tasks", None, None, "meta/tasks.jsonl")
+    assert finding.detail.startswith("meta/tasks.jsonl cannot be read, so no episode's tasks were checked")
+    assert words in finding.detail, finding.detail
+    assert check.run([str(so101_v21)]) == 0
+    printed = capsys.readouterr().out
+    assert "episode_tasks (warning, 1 findings)" in printed and words in printed
+    assert check.run([str(so101_v21), "--strict", "episode_tasks"]) == 1
+
+
+def test_an_unreadable_tasks_jsonl_is_reported_by_the_import(so101_v21, tmp_path):
+    path = so101_v21 / "meta" / "tasks.jsonl"
+    path.write_text(path.read_text() + '{"task_index": NaN, "task": "x"}\n')
+    out = tmp_path / "out"
+    assert run_import(so101_v21, out) == 0  # the episodes themselves import: their tasks are in episodes.jsonl
+    quality = read_manifest(out)["quality"]
+    assert quality["checks"]["episode_tasks"]["findings"] == 1
+    assert "line 3 of meta/tasks.jsonl has `task_index` nan" in quality["checks"]["episode_tasks"]["example"]
+    (row,) = pq.read_table(out / "quality" / "dataset.parquet").to_pylist()
+    assert (row["check"], row["episodes_file"], row["severity"]) == ("episode_tasks", None, "warning")
+    strict = tmp_path / "strict"
+    assert run_import(so101_v21, strict, "--strict", "episode_tasks") == 1
+    assert [e["rule"] for e in read_errors(strict)] == ["quality"]
+
+
+def test_task_index_numbers_left_out_of_tasks_jsonl_are_checked(so101_v21):
+    """LeRobot v2.x keys its tasks by task_index, so tasks.jsonl may leave numbers out; the tasks check runs
+    on such a file (it was skipped) and names a frame whose task_index has no line."""
+    from transforms.quality.dataset import check_dataset_quality
+    path = so101_v21 / "meta" / "tasks.jsonl"
+    tasks = [json.loads(x) for x in path.read_text().splitlines()]
+    assert [t["task_index"] for t in tasks] == [0, 1]
+    path.write_text(json.dumps({"task_index": 0, "task": tasks[0]["task"]}) + "\n" +
+                    json.dumps({"task_index": 7, "task": tasks[1]["task"]}) + "\n")
+    found = check_dataset_quality(str(so101_v21)).findings
+    assert found and {f.check for f in found} == {"episode_tasks"}
+    assert all(f.file == "meta/tasks.jsonl" for f in found)
+    assert "task_index 1 at frame" in found[0].detail
+    assert "(meta/tasks.jsonl numbers its 2 from 0 to 7, leaving this one out)" in found[0].detail

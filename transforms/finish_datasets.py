@@ -228,13 +228,14 @@ def record_quality(config: ImportConfig, root: str, doc: dict, report: DatasetRe
             if storage.exists(stale):
                 storage.remove(stale)
     listed = [(e.get("quality") or {}).get("listed") for e in entries.values() if e.get("status") != "removed"]
-    findings: list = []
+    # a tasks file that is there but cannot be read: the tasks check of every part did not run, and says so
+    findings: list = quality.with_severity(quality.load_tasks(root)[1], config.strict)
     if listed and all(isinstance(x, dict) for x in listed):
         raw = info_bytes(root)
         episodes = sum(int(x["episodes"]) for x in listed)
         frames = sum(int(x["frames"]) for x in listed)
         indices = quality.indices_of(r for x in listed for r in x["episode_ranges"])
-        findings = quality.with_severity(
+        findings += quality.with_severity(
             quality.dataset_totals(root, quality.info_document(raw or b"{}"), episodes, frames, indices),
             config.strict)
     storage.write_atomic(safety.confined(out, paths.QUALITY_DATASET, folder=paths.QUALITY_DIR,

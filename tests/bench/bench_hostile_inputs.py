@@ -3,6 +3,7 @@
     python tests/bench/bench_hostile_inputs.py                       # the input-side cases, this checkout
     python tests/bench/bench_hostile_inputs.py --code /tmp/before    # the same cases on another checkout
     python tests/bench/bench_hostile_inputs.py --cases lfs_pointer_data,v21_layout --timeout 60
+    python tests/bench/bench_hostile_inputs.py --cases v2                # the v2.x metadata and tasks cases
 
 Each case's dataset is built by this checkout's tests (tests/hostile_datasets.py and the layouts of
 tests/test_input_checks.py) in a subprocess of its own, then imported by `python -m
@@ -45,6 +46,80 @@ HOSTILE = (
 
 LAYOUTS = ("v21", "folder_of_datasets", "missing_root", "hf_cache_snapshot", "symlinked_chunk_folder",
            "unknown_scheme_root")
+
+#: v2.x metadata that crashed or ran for minutes, the tasks file a v2.x dataset reads, and the quality pass
+#: over a wide fixed-size list feature (`--cases v2` runs these alone).
+V2_HOSTILE = ("v21_clean", "v21_lengths_past_int64", "v21_episodes_line_32mb", "v21_300k_episodes_missing_data",
+              "v21_stray_tasks_parquet", "v21_tasks_jsonl_nan", "feature_100k_wide")
+
+
+def _v2_cases() -> dict[str, Callable[[Path], tuple[str, list[str]]]]:
+    """The v2.x cases: the corpus dataset h264_multi_file repacked into v2.1 (five chunk folders of two
+    episodes), broken one way each; name -> build(workdir) -> (root, extra args)."""
+    sys.path.insert(0, str(REPO))
+    from tests.helpers import lerobot_dataset
+    from tests.v21_repack import repack_v21
+
+    def v21(work: Path, name: str = "h264_multi_file") -> Path:
+        return repack_v21(lerobot_dataset(name), work / "v21")
+
+    def lines(root: Path) -> list[dict]:
+        return [json.loads(x) for x in (root / "meta" / "episodes.jsonl").read_text().splitlines()]
+
+    def write(root: Path, docs: list[dict]) -> None:
+        (root / "meta" / "episodes.jsonl").write_text("".join(json.dumps(d) + "\n" for d in docs))
+
+    def v21_clean(work: Path):
+        return str(v21(work)), []
+
+    def v21_lengths_past_int64(work: Path):  # each below 2**62, their running sum past 2**63
+        root = v21(work)
+        docs = lines(root)
+        for k in (3, 5, 7):
+            docs[k]["length"] = 2 ** 62 - 1
+        write(root, docs)
+        return str(root), []
+
+    def v21_episodes_line_32mb(work: Path):  # 600,000 task strings on one line
+        root = v21(work)
+        docs = lines(root)
+        docs[4]["tasks"] = ["pick up the red cube and put it in the bowl %06d" % i for i in range(600_000)]
+        write(root, docs)
+        return str(root), []
+
+    def v21_300k_episodes_missing_data(work: Path):  # 300 chunk folders that do not exist
+        root = v21(work)
+        shutil.rmtree(root / "data")
+        shutil.rmtree(root / "videos")
+        info = json.loads((root / "meta" / "info.json").read_text())
+        (root / "meta" / "info.json").write_text(json.dumps({**info, "chunks_size": 1000}))
+        write(root, [{"episode_index": i, "tasks": ["pick"], "length": 10} for i in range(300_000)])
+        return str(root), []
+
+    def v21_stray_tasks_parquet(work: Path):  # a half-finished conversion's tasks.parquet, tasks the other way
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+        root = v21(work, "so101_av1")
+        tasks = [json.loads(x)["task"] for x in (root / "meta" / "tasks.jsonl").read_text().splitlines()]
+        pq.write_table(pa.table({"task_index": list(range(len(tasks))), "task": tasks[::-1]}),
+                       root / "meta" / "tasks.parquet")
+        return str(root), []
+
+    def v21_tasks_jsonl_nan(work: Path):
+        root = v21(work, "so101_av1")
+        path = root / "meta" / "tasks.jsonl"
+        path.write_text(path.read_text() + '{"task_index": NaN, "task": "x"}\n')
+        return str(root), []
+
+    def feature_100k_wide(work: Path):  # a 100,000-wide float32 feature: 4 episodes x 40 frames, 61 MB
+        from tests.dataset_factory import DatasetSpec, write_dataset
+        spec = DatasetSpec(lengths=(40, 40, 40, 40), features={
+            "observation.big": {"dtype": "float32", "shape": [100_000], "names": None}})
+        return str(write_dataset(work / "wide", spec)), []
+
+    return {f.__name__: f for f in (v21_clean, v21_lengths_past_int64, v21_episodes_line_32mb,
+                                    v21_300k_episodes_missing_data, v21_stray_tasks_parquet, v21_tasks_jsonl_nan,
+                                    feature_100k_wide)}
 
 
 def _layouts() -> dict[str, Callable[[Path], tuple[str, list[str]]]]:
@@ -147,7 +222,7 @@ def run_case(code: Path, root: str, out: Path, extra: list[str], timeout: float,
 
 def build_case(name: str, work: Path) -> tuple[str, list[str]]:
     """Build case `name` under `work`: (dataset root, extra import arguments)."""
-    layouts = _layouts()
+    layouts = {**_layouts(), **_v2_cases()}
     if name in layouts:
         return layouts[name](work)
     from tests.hostile_datasets import build, cases_by_name
@@ -176,7 +251,8 @@ def main(argv: Optional[list[str]] = None) -> int:
     if args.build:
         print(json.dumps(build_case(args.build[0], Path(args.build[1]))))
         return 0
-    names = args.cases.split(",") if args.cases else list(HOSTILE) + list(LAYOUTS)
+    names = (list(V2_HOSTILE) if args.cases == "v2" else args.cases.split(",") if args.cases else
+             list(HOSTILE) + list(LAYOUTS) + list(V2_HOSTILE))
     rows = {}
     print(f"{'case':<38} {'exit':<28} {'s':>6} {'peak MB':>8}  rules / message")
     for name in names:

@@ -13,7 +13,9 @@ Prints one row per case: seconds, peak MB, and the first line of what the comman
 
 The phase-deadline cases run with `--phase_deadline 5`: a Hub sending 20 bytes a second
 (slow_source_phase_deadline), a read that never returns (stuck_read_phase_deadline; the command's watch
-stops the run 5 s past the deadline instead of the default 60 s). render_held_output renders into an
+stops the run 5 s past the deadline instead of the default 60 s). trickle_one_byte_a_second serves every
+body a byte a second with no option given: the floor rate of a read (1 KiB/s over 30 s) ends it, not the
+phase deadline (30 min). render_held_output renders into an
 output another render's lease holds; manifest_disk_full fills the disk at the manifest's write.
 
 The journal cases: `.journal` a link to a folder of 2,000 JSON files (journal_symlink), a forged record
@@ -212,6 +214,11 @@ def case_manifest_disk_full(work: Path) -> str:
 
 def case_slow_source_phase_deadline(work: Path) -> str:
     return _hub(work, {"slow_bytes": 0.05}, extra=("--phase_deadline", "5"))
+
+
+def case_trickle_one_byte_a_second(work: Path) -> str:
+    # no option: the floor rate (1 KiB/s over 30 s) ends it, not the phase deadline's 30 minutes
+    return _hub(work, {"slow_bytes": 1.0})
 
 
 def case_stuck_read_phase_deadline(work: Path) -> str:

@@ -710,8 +710,11 @@ def _range_body(response: Any, start: int, end: int, resolved: Any) -> bytes:
         raise LeRobotImportError("io", f"the Hub announced {quote(length)} bytes for a read of {want} bytes "
                                  f"({start}..{end}) of {where}; the answer was not read: try again later")
     deadline = time.monotonic() + READ_DEADLINE_S
+    pace = run_limits.ReadPace(f"bytes {start}..{end} of {where}",
+                               source=f"hf://datasets/{resolved.repo_id}@{resolved.revision}")
     chunks, got = [], 0
     for chunk in response.iter_bytes():
+        pace.add(len(chunk))  # a byte every few seconds: under the floor rate long before READ_DEADLINE_S
         got += len(chunk)
         if got > want:
             raise LeRobotImportError("io", f"the Hub sent more than the {want} bytes asked for ({start}..{end}) of "

@@ -33,9 +33,11 @@ import dataclasses
 import itertools
 import threading
 import time
-from typing import Iterator, Optional
+from typing import Callable, Iterator, Optional, TypeVar
 
 from transforms.base.errors import LeRobotImportError
+
+T = TypeVar("T")
 
 #: The phases of an import, and what one piece of each is.
 PHASES = {
@@ -55,6 +57,11 @@ HUB_LIST_MAX_PAGES = 1_000
 HUB_LIST_MAX_ITEMS = 200_000
 #: A piece still running this long past its deadline is stuck inside one request: a local run ends.
 STUCK_GRACE_S = 60.0
+#: The floor of a read's rate: a read that gets fewer than MIN_READ_RATE bytes a second over SLOW_READ_S
+#: seconds fails with rule `deadline` (a source that trickles a byte every few seconds passes every
+#: timeout of a request and would hold its piece until the phase deadline). Honest storage sends MB/s.
+MIN_READ_RATE = 1024.0
+SLOW_READ_S = 30.0
 #: The option that sets the deadlines, as messages name it.
 OPTION = "--phase_deadline"
 
@@ -67,6 +74,8 @@ class RunLimits:
         deadlines_s: (phase, seconds one piece of it may take), for every phase of `PHASES`.
         hub_list_max_pages: pages a Hub listing may have.
         hub_list_max_items: entries a Hub listing may have.
+        min_read_rate, slow_read_s: a read getting fewer bytes a second than this over that many seconds
+            fails (`ReadPace`); a rate of 0 lets any read be that slow.
         run_id: the run these are the limits of ("" outside a run): what a run learnt once (a listing
             refused by its bounds) holds for that run only.
     """
@@ -75,19 +84,45 @@ class RunLimits:
     hub_list_max_pages: int = HUB_LIST_MAX_PAGES
     hub_list_max_items: int = HUB_LIST_MAX_ITEMS
     run_id: str = ""
+    min_read_rate: float = MIN_READ_RATE
+    slow_read_s: float = SLOW_READ_S
 
     def deadline_s(self, phase: str) -> float:
         return dict(self.deadlines_s)[phase]
 
 
-def from_values(phase_deadline: Optional[str], hub_list_max_pages, hub_list_max_items) -> RunLimits:
-    """The bounds a command line gives (`--phase_deadline`, `--hub_list_max_pages`, `--hub_list_max_items`).
+def from_values(phase_deadline: Optional[str], hub_list_max_pages, hub_list_max_items,
+                min_read_rate: Optional[str] = None) -> RunLimits:
+    """The bounds a command line gives (`--phase_deadline`, `--hub_list_max_pages`, `--hub_list_max_items`,
+    `--min_read_rate`).
 
     Raises:
         ValueError: a value that is none, naming its option.
     """
+    rate, window = parse_read_rate(min_read_rate)
     return RunLimits(parse_deadlines(phase_deadline), _positive(hub_list_max_pages, "--hub_list_max_pages"),
-                     _positive(hub_list_max_items, "--hub_list_max_items"))
+                     _positive(hub_list_max_items, "--hub_list_max_items"), min_read_rate=rate, slow_read_s=window)
+
+
+def parse_read_rate(text: Optional[str]) -> tuple[float, float]:
+    """`--min_read_rate`'s value: `BYTES_PER_S[/SECONDS]` (the floor, and over how long a read may stay under
+    it; SECONDS keeps its default when left out). `0` lets reads be as slow as they come.
+
+    Raises:
+        ValueError: a rate that is not a finite number >= 0, or seconds that are not a number above 0.
+    """
+    if text is None or not str(text).strip():
+        return MIN_READ_RATE, SLOW_READ_S
+    rate_text, _, window_text = str(text).strip().partition("/")
+    try:
+        rate = float(rate_text)
+        window = float(window_text) if window_text.strip() else SLOW_READ_S
+    except ValueError:
+        rate = window = float("nan")
+    if not (0 <= rate < 1e15 and 0 < window < 1e9):
+        raise ValueError(f"--min_read_rate must be BYTES_PER_S or BYTES_PER_S/SECONDS (a rate >= 0, seconds above "
+                         f"0), not {text!r}")
+    return rate, window
 
 
 def _positive(value, option: str) -> int:
@@ -141,6 +176,84 @@ class DeadlinePassed(LeRobotImportError):
                          f"waited for. Check the storage it reads (or the Hub), then run again; a source this "
                          f"slow on purpose needs a larger limit: {OPTION} {piece.phase}=SECONDS")
         self.phase = piece.phase
+
+
+class SlowRead(LeRobotImportError):
+    """A read stayed under the floor rate (`RunLimits.min_read_rate`) for `slow_read_s` seconds (rule
+    `deadline`)."""
+
+    def __init__(self, what: str, got: int, seconds: float, limits: RunLimits, *, earlier: str = "") -> None:
+        found = (f"not read: its source already trickled its bytes this run (reading {earlier} stayed under the "
+                 f"floor of {limits.min_read_rate:,.0f} bytes/s for {limits.slow_read_s:g} s)" if earlier else
+                 f"got {got:,} bytes in {seconds:,.0f} s, under the floor of {limits.min_read_rate:,.0f} bytes/s "
+                 f"for {limits.slow_read_s:g} s")
+        super().__init__("deadline", f"reading {what} {found}: the source is stuck or trickles its bytes. Check the "
+                         "storage it reads (or the Hub), then run again; a source this slow on purpose needs a "
+                         "lower floor: --min_read_rate BYTES_PER_S[/SECONDS] (0: no floor)")
+        self.what = what
+
+
+#: Sources (a Hub repository at a revision, a bucket) a read of this process found trickling, per run: the
+#: next read of one fails at once instead of waiting out its own window (a dataset's pieces read many files).
+_SLOW_SOURCES: dict[tuple[str, str], "SlowRead"] = {}
+_SLOW_LOCK = threading.Lock()
+
+
+class ReadPace:
+    """The floor rate of one read (a file, a range, a streamed answer), fed the bytes as they come: every
+    `slow_read_s` seconds of the read must have brought `min_read_rate` bytes a second, else `add` raises
+    `SlowRead` naming `what`. Windows are checked as bytes arrive (a stream of chunks) or when a request
+    returns (a request the storage client makes whole): a read that gets nothing at all is cut by the
+    client's own timeout, or the phase deadline. `source` (a Hub repository at a revision, a bucket) is
+    remembered for the run once it trickled: its next reads fail at once, naming the read that found it."""
+
+    def __init__(self, what: str, *, source: str = "", limits: Optional[RunLimits] = None, clock=None) -> None:
+        self.what = what
+        self.limits = limits or current()
+        self._clock = clock or time.monotonic
+        self._source = (self.limits.run_id, source) if source and self.limits.run_id else None
+        if self._source is not None and self.limits.min_read_rate > 0:
+            with _SLOW_LOCK:
+                found = _SLOW_SOURCES.get(self._source)
+            if found is not None:
+                raise SlowRead(what, 0, 0.0, self.limits, earlier=found.what)
+        self.started = self._mark_at = self._clock()
+        self.got = self._mark_got = 0
+
+    def add(self, n: int) -> None:
+        self.got += n
+        rate = self.limits.min_read_rate
+        if rate <= 0:
+            return
+        now = self._clock()
+        window = now - self._mark_at
+        if window < self.limits.slow_read_s:
+            return
+        if self.got - self._mark_got < rate * window:
+            slow = SlowRead(self.what, self.got, now - self.started, self.limits)
+            if self._source is not None:
+                with _SLOW_LOCK:
+                    _SLOW_SOURCES.setdefault(self._source, slow)
+            raise slow
+        self._mark_at, self._mark_got = now, self.got
+
+
+def source_of(uri: str) -> str:
+    """The source a read's floor rate remembers for a URL: its scheme and bucket (or host); "" for a local path,
+    which is read in chunks and judged read by read."""
+    scheme, sep, rest = str(uri).partition("://")
+    if not sep or scheme in ("file", "local"):
+        return ""
+    return f"{scheme}://{rest.split('/', 1)[0]}"
+
+
+def paced(fn: Callable[[], T], what: str, source: str = "") -> T:
+    """`fn()`, a request the storage client makes whole (bytes, or a list of them), held to the floor rate
+    once it returns."""
+    pace = ReadPace(what, source=source)
+    data = fn()
+    pace.add(len(data) if isinstance(data, (bytes, bytearray, memoryview)) else sum(len(d) for d in data))
+    return data
 
 
 @dataclasses.dataclass

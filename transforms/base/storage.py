@@ -321,7 +321,8 @@ class CountingFile(io.RawIOBase):
             return self._raw.read(n)
 
         try:
-            data = with_retries(attempt, waiting_on=f"a read of {self._what} {self._file}")
+            data = run_limits.paced(lambda: with_retries(attempt, waiting_on=f"a read of {self._what} {self._file}"),
+                                    f"{self._what} {self._file}")
         except OSError as ex:
             if access_denied(ex):
                 raise denied_error(ex, what=self._what, file=self._file) from None
@@ -417,7 +418,8 @@ def read_bytes(uri: str, *, what: str, file: str, max_bytes: int = READ_BYTES_LI
                                  f"{what} are read: is it the right file?", file=file)
     fs, path = filesystem(uri)
     try:
-        data = with_retries(lambda: fs.cat_file(path), waiting_on=f"a read of {what} {file}")
+        data = run_limits.paced(lambda: with_retries(lambda: fs.cat_file(path), waiting_on=f"a read of {what} {file}"),
+                                f"{what} {file}", run_limits.source_of(uri))
     except FileNotFoundError:
         raise LeRobotImportError("file_missing", f"{what} {file} does not exist (expected at {uri})",
                                  file=file) from None
@@ -461,6 +463,7 @@ def _read_local(path: str, *, what: str, file: str, max_bytes: int, follow_links
                                      f"of a {what} are read: is it the right file?", file=file)
         os.set_blocking(fd, True)
         chunks, total = [], 0
+        pace = run_limits.ReadPace(f"{what} {file}")  # a mount that trickles its bytes
         while total <= max_bytes:
             run_limits.check(f"a read of {what} {file}")
             chunk = os.read(fd, min(max_bytes + 1 - total, 1 << 20))
@@ -468,6 +471,7 @@ def _read_local(path: str, *, what: str, file: str, max_bytes: int, follow_links
                 break
             chunks.append(chunk)
             total += len(chunk)
+            pace.add(len(chunk))
     except OSError as ex:
         raise LeRobotImportError("io", f"cannot read {what} {file}: {ex.strerror or ex}", file=file) from None
     finally:

@@ -21,6 +21,7 @@ import concurrent.futures
 import dataclasses
 import hashlib
 import json
+import posixpath
 from typing import Any, Iterable, Iterator, Mapping, Optional, Sequence
 
 import fsspec
@@ -77,15 +78,35 @@ class SourceListing:
     root: str
     files: Mapping[str, SourceFile]
     _extra: dict = dataclasses.field(default_factory=dict, compare=False, repr=False)
+    # folder -> does it exist: a folder the listing shows is known; any other is asked of storage once
+    _folders: dict = dataclasses.field(default_factory=dict, compare=False, repr=False)
 
     def get(self, rel: str) -> Optional[SourceFile]:
-        """The file at `rel`, or None when it does not exist."""
+        """The file at `rel`, or None when it does not exist. Every file of a folder that does not exist is
+        missing without a request of its own (a v2.x chunk folder that is gone names hundreds of
+        thousands of files: one request for the folder, not one per file)."""
         found = self.files.get(rel)
         if found is not None:
             return found
         if rel not in self._extra:
+            folder = posixpath.dirname(rel)
+            if folder and not self._folder_exists(folder):
+                return None
             self._extra[rel] = _stat(self.root, rel)
         return self._extra[rel]
+
+    def _folder_exists(self, folder: str) -> bool:
+        if not self._folders:
+            for rel in self.files:
+                parent = posixpath.dirname(rel)
+                while parent and parent not in self._folders:
+                    self._folders[parent] = True
+                    parent = posixpath.dirname(parent)
+            self._folders[""] = True
+        if folder not in self._folders:
+            parent = posixpath.dirname(folder)
+            self._folders[folder] = self._folder_exists(parent) and _is_folder(self.root, folder)
+        return self._folders[folder]
 
     def token(self, rel: str) -> str:
         found = self.get(rel)
@@ -111,6 +132,15 @@ def _stat(root: str, rel: str) -> Optional[SourceFile]:
     if detail.get("type") == "directory":
         return None
     return SourceFile(int(detail.get("size") or 0), version_of(detail))
+
+
+def _is_folder(root: str, rel: str) -> bool:
+    fs, path = storage.filesystem(storage.join(root, rel))
+    try:
+        detail = storage.with_retries(lambda: fs.info(path))
+    except (FileNotFoundError, NotADirectoryError):
+        return False
+    return detail.get("type") == "directory"
 
 
 def list_sources(root: str) -> SourceListing:

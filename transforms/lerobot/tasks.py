@@ -16,33 +16,62 @@ import pyarrow.parquet as pq
 from transforms.base import storage
 from transforms.base.errors import LeRobotImportError
 from transforms.lerobot import v2
+from transforms.lerobot.info import INFO_JSON_MAX_BYTES, INFO_PATH, READ_VERSIONS, V2_VERSIONS
 
 #: Where a dataset keeps its tasks.
 TASKS_PATH = "meta/tasks.parquet"
 
 
-def read_tasks(root: str) -> dict[int, str]:
-    """task_index -> task of a dataset: meta/tasks.parquet (v3.0: row k is task_index k) or, when the dataset
-    has none, meta/tasks.jsonl (v2.x: each line names its task_index).
+def read_tasks(root: str, *, version: Optional[str] = None) -> dict[int, str]:
+    """task_index -> task of a dataset. The file follows the dataset's `codebase_version` (`version`, or
+    info.json's when None): a v3.0 dataset's meta/tasks.parquet (row k is task_index k); a v2.x dataset's
+    meta/tasks.jsonl (each line names its task_index), never a meta/tasks.parquet beside it (a conversion to
+    v3.0 left half done writes one before it rewrites the episodes). When the version cannot be told
+    (info.json unreadable), tasks.parquet, else tasks.jsonl.
 
     Raises:
-        LeRobotImportError: neither file can be read (the tasks.parquet error when tasks.jsonl is absent too).
-        KeyError, ValueError, pyarrow.ArrowException: a file that is not a tasks file.
+        LeRobotImportError: the file is missing (`file_missing`) or cannot be read; a tasks.jsonl line that is
+            not a task (`episodes_file`, naming the line).
+        KeyError, ValueError, pyarrow.ArrowException: a tasks.parquet that is not a tasks file.
     """
+    if version is None:
+        version = _codebase_version(root)
+    if version in V2_VERSIONS:
+        return _read_tasks_jsonl(root)
     try:
         raw = storage.read_bytes(storage.dataset_file(root, TASKS_PATH), what="tasks file", file=TASKS_PATH)
     except LeRobotImportError as ex:
-        if ex.rule != "file_missing":
+        if ex.rule != "file_missing" or version in READ_VERSIONS:
             raise
         try:
-            raw = storage.read_bytes(storage.dataset_file(root, v2.TASKS_JSONL), what="tasks file",
-                                     file=v2.TASKS_JSONL, max_bytes=v2.MAX_TASKS_JSONL_BYTES)
+            return _read_tasks_jsonl(root)
         except LeRobotImportError as jsonl:
             if jsonl.rule == "file_missing":
                 raise ex from None
             raise
-        return v2.parse_tasks_jsonl(raw)
     return dict(enumerate(tasks_in_row_order(pq.read_table(pa.BufferReader(raw)))))
+
+
+def tasks_file(root: str, *, version: Optional[str] = None) -> str:
+    """The tasks file `read_tasks` reads for the dataset: meta/tasks.jsonl for v2.x, else meta/tasks.parquet."""
+    return v2.TASKS_JSONL if (version or _codebase_version(root)) in V2_VERSIONS else TASKS_PATH
+
+
+def _read_tasks_jsonl(root: str) -> dict[int, str]:
+    raw = storage.read_bytes(storage.dataset_file(root, v2.TASKS_JSONL), what="tasks file", file=v2.TASKS_JSONL,
+                             max_bytes=v2.MAX_TASKS_JSONL_BYTES)
+    return v2.parse_tasks_jsonl(raw)
+
+
+def _codebase_version(root: str) -> Optional[str]:
+    """info.json's `codebase_version`, None when info.json cannot be read (its own checks say why)."""
+    try:
+        raw = storage.read_bytes(storage.dataset_file(root, INFO_PATH), what="info file", file=INFO_PATH,
+                                 max_bytes=INFO_JSON_MAX_BYTES)
+        version = json.loads(raw).get("codebase_version")
+    except (LeRobotImportError, OSError, ValueError, RecursionError, AttributeError):
+        return None
+    return version if isinstance(version, str) else None
 
 
 def tasks_in_row_order(table: pa.Table) -> list[str]:

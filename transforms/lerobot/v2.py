@@ -55,6 +55,17 @@ GROUP_PREFIX = EPISODES_JSONL + ":"
 MAX_EPISODES_JSONL_BYTES = 256 * 1024 * 1024
 #: tasks.jsonl is read whole by the reader.
 MAX_TASKS_JSONL_BYTES = 64 * 1024 * 1024
+#: A task_index of tasks.jsonl is below this (the data files' task_index column holds it; LeRobot numbers
+#: the tasks from 0).
+MAX_TASK_INDEX = 2 ** 31
+#: One line of episodes.jsonl (LeRobot writes about 100 bytes; a long instruction or many tasks stay far below):
+#: a longer line is refused before it is parsed, so one line cannot fill a worker with its task strings.
+MAX_EPISODES_LINE_BYTES = 1024 * 1024
+#: The tasks one episode may list (LeRobot lists the distinct tasks of its frames: one, or a few).
+MAX_TASKS_PER_EPISODE = 1024
+#: The frames of a dataset: the running sum of the lengths (where each episode starts in the dataset's frame
+#: order) stays exact as an int64 and as a float64 (2**53), whoever reads it.
+MAX_TOTAL_FRAMES = 2 ** 53
 
 _SCHEMA = pa.schema([("episode_index", pa.int64()), ("tasks", pa.list_(pa.utf8())), ("length", pa.int64())])
 
@@ -109,14 +120,62 @@ def parse_episodes_jsonl(raw: bytes) -> V2Episodes:
     Raises:
         LeRobotImportError: rule `episodes_file`, naming the line and what is wrong with it.
     """
+    _check_line_lengths(raw)
     table = _fast_parse(raw)
     if table is None:
         table = _slow_parse(raw)
     index = table.column("episode_index").to_numpy().astype(np.int64)
     length = table.column("length").to_numpy().astype(np.int64)
+    counts = pa.compute.list_value_length(table.column("tasks")).to_numpy(zero_copy_only=False)
+    if len(counts) and counts.max() > MAX_TASKS_PER_EPISODE:
+        row = int(np.argmax(counts > MAX_TASKS_PER_EPISODE))
+        raise _line_error(_line_of_row(raw, row), f"lists {int(counts[row])} tasks for episode {int(index[row])}, "
+                          f"above the {MAX_TASKS_PER_EPISODE} one episode may list (LeRobot lists the distinct "
+                          "tasks of its frames)")
+    # Each length is below MAX_TOTAL_FRAMES (else the sum is past it at that line), so the running sum cannot
+    # wrap before it first passes the bound: the first line past it is found exactly.
+    ends = np.cumsum(np.minimum(length, MAX_TOTAL_FRAMES + 1))
+    if (ends > MAX_TOTAL_FRAMES).any():
+        row = int(np.argmax(ends > MAX_TOTAL_FRAMES))
+        raise _line_error(_line_of_row(raw, row), f"has `length` {int(length[row])}, which brings the frames of the "
+                          f"episodes up to it past {MAX_TOTAL_FRAMES} (2**53), more than any dataset holds")
     tasks = tuple(tuple(t) for t in table.column("tasks").to_pylist())
-    start = np.concatenate([[0], np.cumsum(length)[:-1]]).astype(np.int64) if len(length) else length
+    start = np.concatenate([[0], ends[:-1]]).astype(np.int64) if len(length) else length
     return V2Episodes(index, length, tasks, start)
+
+
+def _check_line_lengths(raw: bytes) -> None:
+    """Refuse a line longer than MAX_EPISODES_LINE_BYTES, before any parse; newlines found block by block
+    (vectorised, and no buffer the size of the file beside it)."""
+    view = np.frombuffer(raw, np.uint8)
+    block = 16 * 1024 * 1024
+    line_start, lines = 0, 0  # where the current line starts; the lines ended before it
+    for at in range(0, len(view), block):
+        ends = np.flatnonzero(view[at:at + block] == 10) + at
+        if len(ends):
+            longest = np.diff(np.concatenate([[line_start], ends + 1])) - 1
+            if longest.max() > MAX_EPISODES_LINE_BYTES:
+                _long_line(lines + 1 + int(np.argmax(longest > MAX_EPISODES_LINE_BYTES)))
+            lines += len(ends)
+            line_start = int(ends[-1]) + 1
+    if len(view) - line_start > MAX_EPISODES_LINE_BYTES:
+        _long_line(lines + 1)
+
+
+def _long_line(number: int) -> None:
+    raise _line_error(number, f"is longer than {MAX_EPISODES_LINE_BYTES} bytes (LeRobot writes about 100 per "
+                      "episode); is a task string or the tasks list damaged?")
+
+
+def _line_of_row(raw: bytes, row: int) -> int:
+    """The line number (from 1) of the `row`-th object (from 0) of episodes.jsonl: blank lines hold none."""
+    seen = -1
+    for number, line in enumerate(raw.split(b"\n"), 1):
+        if line.strip():
+            seen += 1
+            if seen == row:
+                return number
+    return row + 1
 
 
 def _fast_parse(raw: bytes) -> Optional[pa.Table]:
@@ -271,22 +330,34 @@ def parse_tasks_jsonl(raw: bytes) -> dict[int, str]:
     """meta/tasks.jsonl: task_index -> task (LeRobot v2.x keys its tasks by `task_index`).
 
     Raises:
-        ValueError: a line that is not `{"task_index": int, "task": str}`, naming it.
+        LeRobotImportError: rule `episodes_file`, naming the first line that is not `{"task_index": int,
+            "task": str}` with 0 <= task_index < MAX_TASK_INDEX, or a task_index listed twice.
     """
     tasks: dict[int, str] = {}
+    lines: dict[int, int] = {}
     for number, line in enumerate(raw.split(b"\n"), 1):
         if not line.strip():
             continue
         try:
             doc: Any = json.loads(line)
-        except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as ex:
-            raise ValueError(f"line {number} of {TASKS_JSONL} is not JSON ({shorten(str(ex), 120)})") from None
+        except (UnicodeDecodeError, json.JSONDecodeError, RecursionError, ValueError) as ex:
+            raise _tasks_error(number, f"is not JSON ({shorten(str(ex), 120)})") from None
         index = doc.get("task_index") if isinstance(doc, dict) else None
         task = doc.get("task") if isinstance(doc, dict) else None
-        if isinstance(index, bool) or not isinstance(index, int) or not isinstance(task, str):
-            raise ValueError(f"line {number} of {TASKS_JSONL} is not {{\"task_index\": int, \"task\": str}}")
-        tasks[index] = task
+        if not isinstance(doc, dict) or not isinstance(task, str):
+            raise _tasks_error(number, "is not {\"task_index\": int, \"task\": str}")
+        if isinstance(index, bool) or not isinstance(index, int) or not 0 <= index < MAX_TASK_INDEX:
+            raise _tasks_error(number, f"has `task_index` {quote(index, 40)}; it must be an integer from 0 to "
+                               f"{MAX_TASK_INDEX - 1}")
+        if index in tasks:
+            raise _tasks_error(number, f"lists task_index {index} again (line {lines[index]} names it first)")
+        tasks[index], lines[index] = task, number
     return tasks
+
+
+def _tasks_error(number: int, what: str) -> LeRobotImportError:
+    return LeRobotImportError("episodes_file", f"line {number} of {TASKS_JSONL} {what}; LeRobot writes one task per "
+                              "line: {\"task_index\": 0, \"task\": \"...\"}", file=TASKS_JSONL)
 
 
 def layout_problem(root: str, names: Mapping[str, bool]) -> Optional[str]:

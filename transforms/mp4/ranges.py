@@ -17,7 +17,7 @@ from typing import Any, Optional, Protocol, Sequence
 
 from fsspec.implementations.local import LocalFileSystem
 
-from transforms.base import storage
+from transforms.base import run_limits, storage
 from transforms.base.errors import LeRobotImportError
 
 __all__ = ["ReadStats", "RangeReader", "BytesRangeReader", "FsspecRangeReader", "LocalRangeReader", "open_fsspec",
@@ -114,6 +114,8 @@ class FsspecRangeReader:
         if not starts:
             return []
         _check_ranges(self.uri, self.known_size, starts, ends)
+        pace = run_limits.ReadPace(f"bytes {starts[0]}..{ends[-1]} of {self.what} {self.uri}",
+                                   source=run_limits.source_of(self.uri))
         try:
             if len(starts) == 1:
                 out = [storage.with_retries(lambda: self.fs.cat_file(self.path, start=starts[0], end=ends[0]))]
@@ -125,6 +127,7 @@ class FsspecRangeReader:
         except Exception as ex:  # noqa: BLE001 - any storage failure is an io failure of this file
             raise LeRobotImportError("io", f"reading bytes {starts[0]}..{ends[-1]} failed: {type(ex).__name__}: {ex}",
                                      file=self.uri) from None
+        pace.add(sum(len(d) for d in out if isinstance(d, (bytes, bytearray))))
         for data, s, e in zip(out, starts, ends):
             if isinstance(data, FileNotFoundError):
                 raise LeRobotImportError("file_missing", f"{self.what} {self.uri} does not exist", file=self.uri)

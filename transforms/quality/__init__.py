@@ -15,7 +15,7 @@ from transforms.quality.checks import (CHECKS, LEROBOT_BLOCKING, REGISTRY, Check
 from transforms.quality.episode_checks import BOOKKEEPING, TOLERANCE_S, EpisodeContext
 from transforms.quality.findings import (ERROR, REFUSED, SCHEMA, WARNING, Finding, merge_summaries, message,
                                          summarize, table, table_bytes, with_severity)
-from transforms.quality.part import check_part, ordered_tasks
+from transforms.quality.part import check_part, load_tasks, ordered_tasks
 from transforms.quality.video_checks import (SampleTimes, clips_window, presentation_timeline, presentation_times,
                                              sample_window, video_samples)
 
@@ -23,5 +23,5 @@ __all__ = [
     "BOOKKEEPING", "CHECKS", "Check", "ERROR", "EpisodeContext", "Finding", "LEROBOT_BLOCKING", "REFUSED", "SCHEMA",
     "SampleTimes", "TOLERANCE_S", "WARNING", "check_episode", "check_part", "clips_window", "dataset_totals",
     "index_ranges", "indices_of", "info_document", "merge_summaries", "message", "parse_strict",
-    "ordered_tasks", "presentation_timeline", "presentation_times", "REGISTRY", "sample_window", "summarize",
-    "suspects", "table", "table_bytes", "undeclared_columns", "video_samples", "with_severity"]
+    "load_tasks", "ordered_tasks", "presentation_timeline", "presentation_times", "REGISTRY", "sample_window",
+    "summarize", "suspects", "table", "table_bytes", "undeclared_columns", "video_samples", "with_severity"]

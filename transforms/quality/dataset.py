@@ -25,7 +25,7 @@ from transforms.lerobot.info import INDEXED_CODECS, INFO_PATH, DatasetInfo
 from transforms.mp4 import arrow as mp4_arrow
 from transforms.quality.dataset_checks import dataset_totals, info_document
 from transforms.quality.findings import ERROR, Finding, with_severity
-from transforms.quality.part import check_part, ordered_tasks
+from transforms.quality.part import check_part, load_tasks
 from transforms.quality.video_checks import SampleTimes, presentation_times, sample_window
 
 #: Episodes files (and MP4s) read at once.
@@ -91,7 +91,7 @@ def check_dataset_quality(root: str, *, strict: frozenset[str] = frozenset(), sk
     uri = checked.root
     full_info = checked.info
     info = checked_info(full_info)
-    tasks = ordered_tasks(uri)
+    tasks, task_findings = load_tasks(uri)
     raw_info = storage.read_bytes(storage.dataset_file(uri, INFO_PATH), what="info file", file=INFO_PATH)
     with ThreadPoolExecutor(max(1, threads)) as pool:
         planned = list(pool.map(lambda rel: _rows(uri, rel, full_info), checked.episodes_files))
@@ -100,7 +100,7 @@ def check_dataset_quality(root: str, *, strict: frozenset[str] = frozenset(), sk
         cameras = {c.file: c.key for _, rows, _ in planned for r in rows or () for c in r.videos}
         times = dict(zip(mp4s, pool.map(lambda f: _mp4_times(uri, f, codecs.get(cameras[f])), mp4s)))
         results = list(pool.map(lambda p: _check_file(uri, p, info, full_info, tasks, times, counter), planned))
-    findings = [f for r in results for f in r.findings]
+    findings = task_findings + [f for r in results for f in r.findings]
     problems = [p for r in results for p in r.problems]
     problems += [Problem(None, None, f, "mp4", message) for f, (_, message) in sorted(times.items()) if message]
     counts = [r.counts for r in results]

@@ -14,7 +14,7 @@ episode's times is never a finding.
 
 from __future__ import annotations
 
-from typing import Any, NamedTuple, Optional, Sequence
+from typing import Any, Iterator, NamedTuple, Optional, Sequence
 
 import numpy as np
 import pyarrow as pa
@@ -27,6 +27,18 @@ from transforms.quality.findings import REFUSED, Finding
 TOLERANCE_S = 1e-4
 #: Columns every LeRobot dataset has that hold one value per episode, or a counter, by design.
 BOOKKEEPING = frozenset({"timestamp", "frame_index", "episode_index", "index", "task_index"})
+#: Values (frames x dimensions) a check of a numeric feature works on at once: a fixed-size list feature of
+#: a million dimensions is checked in blocks of frames, each a few vectorised passes, so the checks add a
+#: buffer of this size (a few of them: bools, a comparison) beside the frames, never copies of the feature.
+BLOCK_VALUES = 1 << 21
+
+
+def row_blocks(rows: int, width: int) -> Iterator[tuple[int, int]]:
+    """[lo, hi) ranges of frames holding at most BLOCK_VALUES values of a `width`-wide feature (one frame at
+    least)."""
+    step = max(1, BLOCK_VALUES // max(int(width), 1))
+    for lo in range(0, rows, step):
+        yield lo, min(rows, lo + step)
 
 
 def numeric_values(frames: pa.StructArray, feature: Feature) -> tuple[np.ndarray, np.ndarray]:
@@ -160,17 +172,26 @@ def non_finite(ctx: EpisodeContext) -> list[Finding]:
     out = []
     for feature in ctx.plan.floats:
         values, valid = ctx.values(feature)
-        bad_values = ~np.isfinite(values) & valid[:, None]
-        if not bad_values.any():
+        width = values.shape[1]
+        per_frame = np.zeros(len(values), bool)
+        per_dim = np.zeros(width, bool)
+        bad_count = nan = 0
+        for lo, hi in row_blocks(len(values), width):
+            bad_values = ~np.isfinite(values[lo:hi]) & valid[lo:hi, None]
+            if not bad_values.any():
+                continue
+            per_frame[lo:hi] = bad_values.any(axis=1)
+            per_dim |= bad_values.any(axis=0)
+            bad_count += int(bad_values.sum())
+            nan += int(np.isnan(values[lo:hi][bad_values]).sum())
+        if not bad_count:
             continue
-        per_frame = bad_values.any(axis=1)
         i = int(np.flatnonzero(per_frame)[0])
-        nan = int(np.isnan(values[bad_values]).sum())
-        labels = dim_labels(feature, values.shape[1])
-        dims = sorted({labels[d] for d in np.flatnonzero(bad_values.any(axis=0))})
+        labels = dim_labels(feature, width)
+        dims = sorted({labels[d] for d in np.flatnonzero(per_dim)})
         out.append(ctx.finding("non_finite", feature.name, per_frame.sum(), i,
-                               f"`{feature.name}` holds {int(bad_values.sum())} non-finite values ({nan} NaN, "
-                               f"{int(bad_values.sum()) - nan} infinite) in {int(per_frame.sum())} of {len(values)} "
+                               f"`{feature.name}` holds {bad_count} non-finite values ({nan} NaN, "
+                               f"{bad_count - nan} infinite) in {int(per_frame.sum())} of {len(values)} "
                                f"frames, first at frame {i} (dimensions: {', '.join(dims[:8])}"
                                f"{', ...' if len(dims) > 8 else ''})"))
     return out
@@ -190,7 +211,7 @@ def frozen_feature(ctx: EpisodeContext) -> list[Finding]:
             values = values[valid]
             if len(values) < 2:
                 continue
-        if not (values == values[0]).all():
+        if not all((values[lo:hi] == values[0]).all() for lo, hi in row_blocks(len(values), values.shape[1])):
             continue
         width = values.shape[1]
         what = (f"`{feature.name}` holds {_s(float(values[0, 0]))} in all {n} frames" if width == 1 else
@@ -236,12 +257,17 @@ def episode_tasks(ctx: EpisodeContext, tasks: Optional[Sequence[str]]) -> list[F
     index = _int_column(ctx.frames, "task_index")
     used, first = np.unique(index, return_index=True)
     unknown = used[(used < 0) | (used >= len(tasks))]
+    unknown = np.concatenate([unknown, np.array([k for k in used if 0 <= k < len(tasks) and tasks[int(k)] is None],
+                                                np.int64)])
     if len(unknown):
         bad = np.isin(index, unknown)
         i = int(np.flatnonzero(bad)[0])
+        file = getattr(tasks, "file", "meta/tasks.parquet")
+        have = f"has {len(tasks)}" if None not in tasks else f"numbers its {sum(t is not None for t in tasks)} " \
+            f"from 0 to {len(tasks) - 1}, leaving this one out"
         return [ctx.finding("episode_tasks", "task_index", bad.sum(), i,
-                            f"task_index {int(index[i])} at frame {i} names no task (meta/tasks.parquet has "
-                            f"{len(tasks)}): {int(bad.sum())} frames", file="meta/tasks.parquet")]
+                            f"task_index {int(index[i])} at frame {i} names no task ({file} {have}): "
+                            f"{int(bad.sum())} frames", file=file)]
     named = {tasks[int(k)]: int(f) for k, f in zip(used, first)}
     listed = set(ctx.row.tasks)
     if set(named) == listed:

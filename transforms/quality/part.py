@@ -11,8 +11,8 @@ import pyarrow as pa
 
 from transforms.lerobot.episodes_files import EpisodeRow
 from transforms.lerobot.info import DatasetInfo
-from transforms.lerobot.tasks import read_tasks
-from transforms.base.errors import LeRobotImportError
+from transforms.lerobot.tasks import read_tasks as read_dataset_tasks, tasks_file
+from transforms.base.errors import LeRobotImportError, shorten
 from transforms.quality import dataset_checks
 from transforms.quality.checks import check_episode, suspects
 from transforms.quality.episode_checks import EpisodeContext, FeaturePlan
@@ -59,11 +59,47 @@ def check_part(dataset: str, episodes_file: str, info: DatasetInfo, rows: Sequen
     return with_severity(found, strict)
 
 
-def ordered_tasks(root: str) -> Optional[list[str]]:
-    """meta/tasks.parquet's tasks in row order (task_index k is row k), None when the dataset has no readable
-    tasks file (the tasks check is then skipped: nothing to compare with)."""
-    try:  # tasks.parquet, or a v2.x dataset's meta/tasks.jsonl (each line naming its task_index)
-        by_index = read_tasks(root)
-    except (LeRobotImportError, OSError, KeyError, ValueError, pa.ArrowException):
-        return None
-    return [by_index[i] for i in range(len(by_index))] if set(by_index) == set(range(len(by_index))) else None
+#: The task_index values the tasks check lists, up to: a v2.x tasks.jsonl may leave numbers out, and a list
+#: with a gap per number left out must stay small.
+MAX_LISTED_TASKS = 1 << 20
+
+
+class TaskNames(list):
+    """A dataset's tasks by task_index (None where no task has that index), and the file they come from."""
+
+    def __init__(self, names, file: str) -> None:
+        super().__init__(names)
+        self.file = file
+
+
+def ordered_tasks(root: str) -> Optional[TaskNames]:
+    """The dataset's tasks by task_index (as `load_tasks`), None when there are none to compare with."""
+    return load_tasks(root)[0]
+
+
+def load_tasks(root: str) -> tuple[Optional[TaskNames], list[Finding]]:
+    """(the dataset's tasks by task_index, or None; the dataset-level finding saying why the tasks check
+    cannot run). The file follows codebase_version (meta/tasks.parquet, a v2.x dataset's meta/tasks.jsonl);
+    a dataset without one is not checked and says nothing (the episodes' own tasks are all there is), but a
+    file that is there and cannot be read is an `episode_tasks` finding naming the file and what is wrong
+    (its line, for tasks.jsonl): the check does not run, and says so."""
+    file = tasks_file(root)
+    try:
+        by_index = read_dataset_tasks(root)
+    except LeRobotImportError as ex:
+        if ex.rule == "file_missing":
+            return None, []
+        return None, [_unreadable(root, ex.file or file, ex.message)]
+    except (OSError, KeyError, ValueError, pa.ArrowException) as ex:
+        return None, [_unreadable(root, file, f"{type(ex).__name__}: {ex}")]
+    count = max(by_index, default=-1) + 1
+    if count > MAX_LISTED_TASKS:
+        return None, [_unreadable(root, file, f"it numbers a task {count - 1}, above the {MAX_LISTED_TASKS - 1} "
+                                  "the tasks check lists")]
+    return TaskNames([by_index.get(i) for i in range(count)], file), []
+
+
+def _unreadable(root: str, file: str, why: str) -> Finding:
+    return Finding(root, None, None, "episode_tasks", "task_index", 1, None,
+                   f"{file} cannot be read, so no episode's tasks were checked against its frames: "
+                   f"{shorten(why, 300)}", file=file)

@@ -5,20 +5,21 @@ one (the per-episode checks, which word the findings); each screen uses its chec
 nothing is missed (`tests/test_quality_registry.py` runs both over the same cases).
 
 A screen takes a `PartFrames` and returns a bool per episode. A column with nulls cannot be screened: every
-episode is then named, and the per-episode check decides.
+episode is then named, and the per-episode check decides. The numeric features' screens go over blocks of
+frames instead of one joined copy (a fixed-size list feature may be millions of dimensions wide).
 """
 
 from __future__ import annotations
 
 import functools
-from typing import Mapping, Optional, Sequence
+from typing import Iterator, Mapping, Optional, Sequence
 
 import numpy as np
 import pyarrow as pa
 
 from transforms.lerobot.episodes_files import EpisodeRow
 from transforms.lerobot.info import DatasetInfo
-from transforms.quality.episode_checks import TOLERANCE_S, FeaturePlan
+from transforms.quality.episode_checks import TOLERANCE_S, FeaturePlan, row_blocks
 from transforms.quality.video_checks import SampleTimes, _nearest_distance
 
 
@@ -140,37 +141,59 @@ def episode_rows(part: PartFrames) -> np.ndarray:
     return flagged
 
 
-def _feature_values(part: PartFrames, name: str) -> Optional[np.ndarray]:
-    """A numeric feature as (frames, dims), None when it holds nulls."""
-    joined = part.column(name)
-    if joined is None:
+def _feature_blocks(part: PartFrames, name: str) -> Optional[Iterator[tuple[int, int, np.ndarray]]]:
+    """A numeric feature as (lo, hi, values of frames lo..hi as (frames, dims)) blocks of at most
+    BLOCK_VALUES values (`row_blocks`), None when it holds nulls. The episodes' columns are sliced, never
+    joined into one copy: a fixed-size list feature of a million dimensions costs a block beside its frames."""
+    columns = [f.field(name) for f in part.frames]
+    if any(c.null_count for c in columns):
         return None
-    storage = joined.storage if isinstance(joined, pa.ExtensionArray) else joined
-    width = storage.type.list_size if pa.types.is_fixed_size_list(storage.type) else 1
-    values = storage.flatten() if pa.types.is_fixed_size_list(storage.type) else storage
-    return values.to_numpy(zero_copy_only=False).reshape(part.total, width)
+    columns = [c.storage if isinstance(c, pa.ExtensionArray) else c for c in columns]
+    fixed = pa.types.is_fixed_size_list(columns[0].type)
+    width = columns[0].type.list_size if fixed else 1
+    joined = pa.chunked_array(columns, type=columns[0].type)
 
-
-def _per_feature(part: PartFrames, features, test) -> np.ndarray:
-    """The episodes `test(values as (frames, dims)) -> per-episode bools` names for any of `features`."""
-    flagged = part.none()
-    for feature in features:
-        values = _feature_values(part, feature.name)
-        if values is None:
-            return part.every()
-        flagged |= test(values)
-    return flagged
+    def blocks() -> Iterator[tuple[int, int, np.ndarray]]:
+        for lo, hi in row_blocks(len(joined), width):
+            block = joined.slice(lo, hi - lo).combine_chunks()
+            values = (block.flatten() if fixed else block).to_numpy(zero_copy_only=False)
+            yield lo, hi, values.reshape(hi - lo, width)
+    return blocks()
 
 
 def non_finite(part: PartFrames) -> np.ndarray:
-    return _per_feature(part, part.plan.floats, lambda values: part.flag(~np.isfinite(values).all(axis=1)))
+    flagged = part.none()
+    for feature in part.plan.floats:
+        blocks = _feature_blocks(part, feature.name)
+        if blocks is None:
+            return part.every()
+        for lo, hi, values in blocks:
+            bad = ~np.isfinite(values).all(axis=1)
+            if bad.any():
+                flagged[np.unique(part.episode_of[lo:hi][bad])] = True
+    return flagged
 
 
 def frozen_feature(part: PartFrames) -> np.ndarray:
-    def still(values: np.ndarray) -> np.ndarray:
-        moved = ~(values == values[part.starts][part.episode_of]).all(axis=1)
-        return (np.bincount(part.episode_of[moved], minlength=part.n) == 0) & (part.lengths >= 2)
-    return _per_feature(part, part.plan.numerics, still)
+    """An episode is frozen when no frame of it differs from the frame before it (the same as from its first
+    frame, as the check words it); a frame's predecessor across a block's edge is kept."""
+    flagged = part.none()
+    for feature in part.plan.numerics:
+        blocks = _feature_blocks(part, feature.name)
+        if blocks is None:
+            return part.every()
+        moved = part.none()
+        previous = None
+        for lo, hi, values in blocks:
+            where = part.episode_of[lo:hi]
+            if previous is not None and where[0] == part.episode_of[lo - 1]:
+                moved[where[0]] |= bool(~(values[0] == previous).all())
+            if hi - lo > 1:
+                step = ~(values[1:] == values[:-1]).all(axis=1) & (where[1:] == where[:-1])
+                moved[np.unique(where[1:][step])] = True
+            previous = values[-1].copy()
+        flagged |= ~moved & (part.lengths >= 2)
+    return flagged
 
 
 def episode_tasks(part: PartFrames) -> np.ndarray:

@@ -15,7 +15,7 @@ import pyarrow as pa
 from transforms.episode import spql_types
 from transforms.mp4 import ranges
 from transforms.reader.confine import confined
-from transforms.reader.seek import DEFAULT_TOLERANCE, ReaderError, TrackTables, VideoHandle
+from transforms.reader.seek import DEFAULT_TOLERANCE, ReaderError, TrackTables, VideoHandle, checked_number
 
 __all__ = ["Episode", "VideoAccess", "camera_handle", "field_values", "track_tables"]
 
@@ -42,6 +42,9 @@ class VideoAccess:
     open_file: Optional[Callable[[str], ranges.RangeReader]] = None
     cache_key: str = ""
     relocate: Optional[Callable[[str], str]] = None
+
+    def __post_init__(self) -> None:
+        checked_number(self.tolerance, "tolerance")
 
 
 class _LRU:

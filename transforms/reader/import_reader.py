@@ -37,7 +37,7 @@ from transforms.base.errors import LeRobotImportError
 from transforms.mp4 import ranges
 from transforms.reader.confine import part_uri, relocation
 from transforms.reader.episode import Episode, VideoAccess, _LRU, track_tables
-from transforms.reader.seek import DEFAULT_TOLERANCE, ReaderError, TrackTables
+from transforms.reader.seek import DEFAULT_TOLERANCE, ReaderError, TrackTables, checked_number
 
 __all__ = ["ImportReader", "MediaIndexStore", "ParquetFiles", "RowGroupRef", "fill_media_index"]
 
@@ -80,7 +80,7 @@ class ParquetFiles:
     """
 
     def __init__(self, max_files: int = 64) -> None:
-        self.max_files = max(1, int(max_files))
+        self.max_files = max(1, int(checked_number(max_files, "max_files", whole=True)))
         self._open: collections.OrderedDict = collections.OrderedDict()
         self._lock = threading.RLock()
         self._pid = os.getpid()
@@ -251,6 +251,9 @@ class MediaIndexStore:
 
     def __init__(self, files: Sequence[str], *, cache_files: int = 256, cache_track_bytes: int = 256 << 20,
                  cache_group_bytes: int = 64 << 20, parquet: Optional[ParquetFiles] = None) -> None:
+        for name, value in (("cache_files", cache_files), ("cache_track_bytes", cache_track_bytes),
+                            ("cache_group_bytes", cache_group_bytes)):
+            checked_number(value, name, whole=True)
         self.files = list(files)
         self._groups: Optional[list[_IndexGroup]] = None
         self._by_min: tuple = ([], [], [])  # (groups with uri statistics, their min uris, groups without)
@@ -467,6 +470,7 @@ class ImportReader:
                  allowed_roots: Optional[Sequence[str]] = None,
                  open_file: Optional[Callable[[str], ranges.RangeReader]] = None,
                  dataset_root: Optional[str] = None) -> None:
+        checked_number(tolerance, "tolerance")  # before anything is read: a bad argument is no output's fault
         self.root = storage.normalize_root(output_uri)
         manifest = _read_manifest(self.root)
         if manifest is None:
@@ -576,6 +580,7 @@ class ImportReader:
         Raises:
             ReaderError: the import does not hold it (the message says which episodes it holds).
         """
+        checked_number(episode_index, "episode_index", whole=True)
         for ref in self.row_groups():
             if ref.min_episode is not None and not ref.min_episode <= episode_index <= ref.max_episode:
                 continue

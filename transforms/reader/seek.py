@@ -26,8 +26,9 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 from fractions import Fraction
-from typing import Optional, Sequence
+from typing import Any, Optional, Sequence
 
 import numpy as np
 import pyarrow as pa
@@ -62,6 +63,21 @@ class ReaderError(Exception):
     """Reading an import back failed: a bad request (time outside a clip, no frame near it, unknown
     episode) or an output that cannot be read (missing index, truncated file, undecodable frame, an
     output edited to point outside its roots)."""
+
+
+def checked_number(value: Any, name: str, *, whole: bool = False, minimum: float = 0) -> Any:
+    """A numeric argument of the reader's API, checked where it is given: a finite number (a whole one when
+    `whole`) >= `minimum`. NaN, an infinity, a negative, a bool or a non-number is the reader's own error
+    naming the argument, not a ValueError from deep inside a seek.
+
+    Raises:
+        ReaderError: naming the argument and its value.
+    """
+    number = isinstance(value, (int, float, np.integer, np.floating)) and not isinstance(value, (bool, np.bool_))
+    if not (number and math.isfinite(value) and value >= minimum and (not whole or float(value).is_integer())):
+        kind = "whole number" if whole else "number"
+        raise ReaderError(f"{name}={value!r:.100} is not a finite {kind} >= {minimum:g}")
+    return value
 
 
 def seconds(x: float) -> str:
@@ -253,6 +269,12 @@ class VideoHandle:
     threads: int = 1
     frame_count: Optional[int] = None
 
+    def __post_init__(self) -> None:
+        checked_number(self.tolerance, "tolerance")
+        checked_number(self.threads, "threads", whole=True, minimum=1)
+        if self.frame_count is not None:
+            checked_number(self.frame_count, "frame_count", whole=True)
+
     # -- time mapping --------------------------------------------------------------------------
 
     def _frame_span(self) -> tuple[int, int]:
@@ -279,7 +301,10 @@ class VideoHandle:
         Raises:
             ReaderError: a time outside the clip, or farther than `tolerance` from every frame.
         """
-        t = np.asarray(times, np.float64).reshape(-1)
+        try:
+            t = np.asarray(times, np.float64).reshape(-1)
+        except (TypeError, ValueError) as ex:
+            raise ReaderError(f"episode times must be numbers in seconds: {ex}") from None
         if not np.all(np.isfinite(t)):
             raise ReaderError(f"episode times must be finite numbers, got {seconds(t[~np.isfinite(t)][0])}")
         ts = self.track.timescale
