@@ -24,6 +24,11 @@ def dispatch(argv: Optional[Sequence[str]] = None) -> None:
     adds), the command refuses options that neither the import nor Beam knows instead of ignoring them.
     Exits with the command's status (`EXIT_STATUS`); a wrong command line prints one line and exits 2."""
     argv = list(sys.argv[1:] if argv is None else argv)
+    with console.kept_streams():  # a terminal that cannot be written loses the text, never the import
+        _dispatch(argv)
+
+
+def _dispatch(argv: list[str]) -> None:
     try:
         verbosity, argv = command_line.split_verbosity(argv)
         sub = argv[0] if argv[:1] and argv[0] in SUBCOMMANDS else None
@@ -33,6 +38,9 @@ def dispatch(argv: Optional[Sequence[str]] = None) -> None:
                 print(text)
                 sys.exit(EXIT_OK)
         console.configure_logging(verbosity, dataflow=_names_dataflow(argv))
+        if sub is not None:
+            from pipelines import interrupts
+            interrupts.not_an_import()
         if sub == "render":
             from pipelines import render_recipes
             sys.exit(render_recipes.run(argv[1:]))
@@ -45,10 +53,19 @@ def dispatch(argv: Optional[Sequence[str]] = None) -> None:
         if sub == "check":
             from pipelines import check
             sys.exit(check.run(argv[1:]))
-        command_line.check_arguments(argv)
-        from pipelines import import_lerobot, run_control
-        status = import_lerobot.run(argv, verbosity=verbosity)
-        if status in run_control.INTERRUPTED_STATUS:
+        from pipelines import interrupts
+        with interrupts.handling():  # from here on, Ctrl-C is one line and exit 130, never a traceback
+            try:
+                interrupts.checkpoint()  # a signal met while the command loaded
+                command_line.check_arguments(argv)
+                from pipelines import import_lerobot
+                status = import_lerobot.run(argv, verbosity=verbosity)
+            except interrupts.Interrupted as ex:
+                interrupts.handled()
+                print(f"interrupted by {interrupts.name(ex.signum)} before the import started: nothing was written "
+                      "and no lease taken")
+                status = interrupts.status(ex.signum)
+        if status in (interrupts.status(s) for s in interrupts.SIGNALS):
             sys.stdout.flush()
             sys.stderr.flush()
             os._exit(status)  # the pipeline's threads are stopped, not waited for
@@ -76,6 +93,8 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
     if argv is not None:
         dispatch(argv)
         return
+    from pipelines import interrupts
+    interrupts.early()  # Ctrl-C while the rest loads is met, not a KeyboardInterrupt traceback
     from pipelines import local_runner
     local_runner.keep_beam_local(sys.argv[1:])
     try:

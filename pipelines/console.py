@@ -15,6 +15,7 @@ from __future__ import annotations
 import atexit
 import logging
 import os
+import signal
 import sys
 import threading
 from typing import Callable, Optional
@@ -160,17 +161,116 @@ def end_process(code) -> None:
     them) and the output is flushed, but the modules and objects a run loaded are not taken apart one by
     one, which costs a process that ran a Beam pipeline a few tenths of a second after its work is done.
     For the process's own command only: a caller that goes on after the command must not use it."""
+    met: list[int] = []
+    for s in (signal.SIGINT, signal.SIGTERM):  # met while the process ends: said once it has, never cut short
+        signal.signal(s, lambda signum, _frame: met.append(signum))
     if code is None:
         status = 0
     elif isinstance(code, int):
         status = code
     else:
-        print(code, file=sys.stderr)
+        _say(str(code), sys.stderr)
         status = 1
     for thread in threading.enumerate():
         if thread is not threading.current_thread() and not thread.daemon:
             thread.join()
     atexit._run_exitfuncs()
-    sys.stdout.flush()
-    sys.stderr.flush()
+    if met and status not in (128 + signal.SIGINT, 128 + signal.SIGTERM):
+        _say(f"interrupted by {signal.Signals(met[0]).name} after the command ended: its outcome is as printed "
+             "above", sys.stdout)
+        status = 128 + met[0]
+    for stream in (sys.stdout, sys.stderr):
+        _say("", stream)
     os._exit(status)
+
+
+def _say(line: str, stream) -> None:
+    """Write a line (none when empty) and flush; a stream that cannot be written (closed, a full disk)
+    loses it: the status says how the command ended."""
+    try:
+        if line:
+            print(line, file=stream)
+        stream.flush()
+    except (OSError, ValueError, AttributeError):
+        pass
+
+
+# ---- a terminal that cannot be written -----------------------------------------------------------
+
+
+class _KeptStream:
+    """stdout or stderr of the command, whose writes never fail it: a closed terminal, a pipe whose reader
+    left, a log file on a full disk lose the text, not the import. The first failure is kept (`lost`)."""
+
+    def __init__(self, stream, name: str) -> None:
+        self._stream = stream
+        self.name = name
+        self.lost: Optional[str] = None if stream is not None else "it was closed when the command started"
+
+    def _failed(self, ex: BaseException) -> None:
+        if self.lost is None:
+            self.lost = str(ex) or type(ex).__name__
+
+    def write(self, text: str) -> int:
+        if self._stream is not None and self.lost is None:
+            try:
+                return self._stream.write(text)
+            except (OSError, ValueError) as ex:  # ValueError: a closed file
+                self._failed(ex)
+        return len(text)
+
+    def writelines(self, lines) -> None:
+        for line in lines:
+            self.write(line)
+
+    def flush(self) -> None:
+        if self._stream is not None and self.lost is None:
+            try:
+                self._stream.flush()
+            except (OSError, ValueError) as ex:
+                self._failed(ex)
+
+    def isatty(self) -> bool:
+        try:
+            return self._stream is not None and self.lost is None and self._stream.isatty()
+        except (OSError, ValueError):
+            return False
+
+    def __getattr__(self, attr: str):  # encoding, fileno, buffer...: the stream's own
+        if self._stream is None:
+            raise AttributeError(attr)
+        return getattr(self._stream, attr)
+
+
+class kept_streams:
+    """Within the block, sys.stdout and sys.stderr are `_KeptStream`s; at its end, when text was lost, one
+    line says so on whichever of the two still writes (nothing, when neither does), and the streams found
+    are put back. The command's exit status stays the import's: only its terminal text was lost."""
+
+    def __enter__(self) -> "kept_streams":
+        self._saved = (sys.stdout, sys.stderr)
+        # inside another such block (the command, then the import it runs): that one's streams, and its end
+        self._outer = isinstance(sys.stdout, _KeptStream) and isinstance(sys.stderr, _KeptStream)
+        if self._outer:
+            return self
+        self.out = _KeptStream(sys.stdout, "stdout")
+        self.err = _KeptStream(sys.stderr, "stderr")
+        sys.stdout, sys.stderr = self.out, self.err
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if self._outer:
+            return
+        self.out.flush()
+        self.err.flush()
+        lost = [s for s in (self.out, self.err) if s.lost is not None]
+        if lost:
+            line = ("warning: the command's output to " + " and ".join(f"{s.name} ({s.lost})" for s in lost)
+                    + " was lost; the import went on regardless: each output's manifest.json and errors.jsonl "
+                    "say how it ended\n")
+            for stream in (self.err, self.out):
+                if stream.lost is None:
+                    stream.write(line)
+                    stream.flush()
+                    break
+        sys.stdout, sys.stderr = self._saved

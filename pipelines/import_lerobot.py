@@ -16,7 +16,12 @@ import sys
 import uuid
 from typing import TYPE_CHECKING, Optional, Sequence
 
-from pipelines import command_line, console, report, run_control, runners
+from pipelines import interrupts
+
+if __name__ == "__main__":  # `python -m pipelines.import_lerobot`: a signal from here on is met (see below)
+    interrupts.early()
+
+from pipelines import command_line, console, report, run_control, runners  # noqa: E402
 
 if TYPE_CHECKING:  # imported where used: `--help` and `--version` load neither Beam nor pyarrow
     import apache_beam as beam
@@ -119,6 +124,16 @@ def run(argv: Optional[Sequence[str]] = None, *, wait: bool = True, verbosity: i
     if text is not None:
         print(text)
         return 0
+    stage = run_control.Stage()
+    # A terminal that cannot be written (closed, a log on a full disk) loses the text, never the import.
+    with console.kept_streams(), interrupts.handling():
+        try:
+            return _run(argv, wait=wait, verbosity=verbosity, stage=stage)
+        except interrupts.Interrupted as ex:
+            return run_control.stop_early(stage.phase, ex.signum)
+
+
+def _run(argv: list[str], *, wait: bool, verbosity: int, stage: run_control.Stage) -> int:
     from apache_beam.options.pipeline_options import PipelineOptions
 
     from pipelines.options import ImportOptions, RunOptions
@@ -161,8 +176,11 @@ def run(argv: Optional[Sequence[str]] = None, *, wait: bool = True, verbosity: i
         build_pipeline(options, config).run()
         return 0
     refused = refused or list(planned.refused)
-    with contextlib.ExitStack() as stack:
+    interrupts.checkpoint()
+    stage.phase = "leases"
+    with run_control.releasing(contextlib.ExitStack()) as stack:
         keepers, held = run_control.take_leases(config, stack, options.view_as(RunOptions).wait_for_lease)
+        interrupts.checkpoint()
         for line in held:
             print(line)
         if not keepers:
@@ -171,6 +189,7 @@ def run(argv: Optional[Sequence[str]] = None, *, wait: bool = True, verbosity: i
             return 1
         targets = config.targets
         config = dataclasses.replace(config, targets=tuple(keepers))
+        stage.phase = "import"
         try:
             with progress.showing(verbosity >= 0 and local):
                 result = run_control.run_interruptibly(build_pipeline(options, config))
@@ -186,6 +205,8 @@ def run(argv: Optional[Sequence[str]] = None, *, wait: bool = True, verbosity: i
                   f"{runners.first_line(ex)}; check the project, region, temp_location and credentials "
                   "(gcloud auth application-default login)")
             return 1
+        stage.phase = "finished"
+        interrupts.checkpoint()
         outcomes: dict[str, str] = {}
         status = report.summarize(result, config, outcomes, metrics=verbosity >= 1)
         if planned.bulk:

@@ -20,6 +20,8 @@ import threading
 import time
 from typing import TYPE_CHECKING, Optional
 
+from pipelines import interrupts
+
 if TYPE_CHECKING:
     import apache_beam as beam
 
@@ -50,12 +52,42 @@ def safe_targets(config: ImportConfig) -> tuple[ImportConfig, list[str]]:
     return dataclasses.replace(config, targets=tuple(kept)), refused
 
 
-class Interrupted(BaseException):
-    """SIGINT or SIGTERM reached the command while its pipeline ran (raised in the main thread only)."""
+#: SIGINT or SIGTERM reached the command (raised in the main thread only).
+Interrupted = interrupts.Interrupted
 
-    def __init__(self, signum: int) -> None:
-        super().__init__(signum)
-        self.signum = signum
+
+@dataclasses.dataclass
+class Stage:
+    """Where the command is, for the line an interrupt ends it with."""
+
+    phase: str = "start"  # start, leases, import (answered by `stop_interrupted`), finished
+
+
+def stop_early(phase: str, signum: int) -> int:
+    """End a command interrupted outside its pipeline with one line; returns 128 + the signal number.
+    The leases it took were released on the way out (`releasing`), and nothing was half-written: the
+    pipeline had not started, or had ended and written its outputs."""
+    interrupts.handled()
+    name = interrupts.name(signum)
+    if phase == "finished":
+        print(f"interrupted by {name} after the import ended: its outputs are as summarized above, lease released")
+    elif phase == "leases":
+        print(f"interrupted by {name} while taking the outputs' leases: nothing was imported, every lease taken "
+              "released; run the same command again to import")
+    else:
+        print(f"interrupted by {name} before the import started: nothing was written and no lease taken")
+    return interrupts.status(signum)
+
+
+@contextlib.contextmanager
+def releasing(stack: contextlib.ExitStack):
+    """`stack` (the leases' keepers), closed at the end of the block whatever ends it, and never cut by a
+    signal: a lease half-released would keep the output held until it expires."""
+    try:
+        yield stack
+    finally:
+        with interrupts.deferred():
+            stack.close()
 
 
 def run_interruptibly(pipeline: beam.Pipeline):  # -> its PipelineResult
@@ -82,20 +114,17 @@ def run_interruptibly(pipeline: beam.Pipeline):  # -> its PipelineResult
         except BaseException as ex:  # noqa: BLE001 - handed to the main thread, raised there
             box["error"] = ex
 
-    def interrupt(signum, _frame) -> None:
-        for s in (signal.SIGINT, signal.SIGTERM):  # cleaning up is short; a second signal must not cut it
-            signal.signal(s, signal.SIG_IGN)
-        raise Interrupted(signum)
-
     from transforms.base import run_limits
 
-    previous = {s: signal.signal(s, interrupt) for s in (signal.SIGINT, signal.SIGTERM)}
+    previous = {s: signal.signal(s, interrupts.handler) for s in interrupts.SIGNALS}
     since = time.monotonic()
     try:
+        interrupts.checkpoint()  # a signal met before, whose exception something swallowed
         worker = threading.Thread(target=target, name="lerobot-import-pipeline", daemon=True)
         worker.start()
         while worker.is_alive():
             worker.join(0.2)
+            interrupts.checkpoint()
             stuck = run_limits.overdue(since=since)  # stuck inside one request, out of its checks
             if stuck is not None:
                 for s in (signal.SIGINT, signal.SIGTERM):
@@ -136,6 +165,7 @@ def stop_stuck(config: ImportConfig, error: Exception) -> int:
     line naming the phase, the piece and what it waited on. Returns 1."""
     from transforms.base.errors import LeRobotImportError
 
+    interrupts.handled()  # the run is being stopped already: a signal now must not cut what follows
     kept = 0
     for root, out in config.targets:
         try:
@@ -155,6 +185,7 @@ def stop_interrupted(config: ImportConfig, signum: int) -> int:
     from transforms.base import stopping
     from transforms.base.errors import LeRobotImportError
 
+    interrupts.handled()
     name = signal.Signals(signum).name
     # The steps still run on their threads: the part or commit in progress ends, no other one starts, so
     # what is cleaned and recorded below is final.
@@ -178,7 +209,7 @@ def _keep_committed(root: str, out: str, options: dict, run_id: str, signal_name
     from transforms.output import journal, safety, paths
     from transforms.output import writes
 
-    records, uris = journal.read_records(out, options)
+    records, uris = journal.read_records(out, options, dataset=root)
     for tmp in journal.leftover_temporaries(out):
         storage.remove(tmp)
     if not records:
@@ -191,6 +222,7 @@ def _keep_committed(root: str, out: str, options: dict, run_id: str, signal_name
                         note=f"interrupted by {signal_name} at {writes.now_iso()}: the {files} episodes files it had "
                              "committed are recorded; the next run imports the rest")
     doc["finished_at"] = writes.now_iso()
+    safety.check_manifest(doc, out)  # every record was checked; the manifest as a whole is, as it is read
     storage.write_atomic(storage.join(out, paths.MANIFEST), writes.manifest_bytes(doc))
     journal.clear(out, uris)
     return files
@@ -225,24 +257,28 @@ def take_leases(config: ImportConfig, stack: contextlib.ExitStack,
     keepers: dict[tuple[str, str], Optional[lease.LeaseKeeper]] = {}
     skipped = []
     for root, out in config.targets:
+        interrupts.checkpoint()
         if not lease.supported(out):  # e.g. an fsspec filesystem with no conditional create
             _LOG.warning("%s: this storage offers no lease, so runs on this output are not guarded", out)
             keepers[(root, out)] = None
             continue
-        try:
-            got = lease.acquire(out, run_id=config.run_id, job=os.environ.get("LEROBOT_IMPORT_JOB", ""),
-                                wait_seconds=max(0.0, deadline - time.monotonic()))
-        except LeRobotImportError as ex:  # a lease that is no lease, a full disk, a read-only output
-            skipped.append(f"{root}: error: {ex} -> {out}")
-            continue
-        except lease.LeaseHeld as ex:
-            h = ex.holder
-            skipped.append(f"{root}: skipped - being imported by run {h.run_id} on host {h.host} (pid {h.pid}), "
-                           f"lease expires at {_iso(h.expires_at)} -> {out}")
-            continue
+        # A lease created is handed to its keeper (whose exit releases it) before a signal is raised; the
+        # wait for a held lease ends at a signal.
+        with interrupts.deferred():
+            try:
+                got = lease.acquire(out, run_id=config.run_id, job=os.environ.get("LEROBOT_IMPORT_JOB", ""),
+                                    wait_seconds=max(0.0, deadline - time.monotonic()), sleep=interrupts.sleep)
+            except LeRobotImportError as ex:  # a lease that is no lease, a full disk, a read-only output
+                skipped.append(f"{root}: error: {ex} -> {out}")
+                continue
+            except lease.LeaseHeld as ex:
+                h = ex.holder
+                skipped.append(f"{root}: skipped - being imported by run {h.run_id} on host {h.host} (pid "
+                               f"{h.pid}), lease expires at {_iso(h.expires_at)} -> {out}")
+                continue
+            keepers[(root, out)] = stack.enter_context(lease.LeaseKeeper(got))
         if got.took_over is not None:
             print(f"{root}: {got.takeover_message()}")
-        keepers[(root, out)] = stack.enter_context(lease.LeaseKeeper(got))
     return keepers, skipped
 
 

@@ -212,10 +212,11 @@ def test_part_records_and_claims_are_never_folded(tmp_path):
     journal.record_part(out, run_id="r", episodes_file="meta/episodes/chunk-000/file-001.parquet", part=1,
                         result={"part": 1})
     assert lease.create_once(journal.commit_claim_uri(out, "r", "meta/episodes/chunk-000/file-001.parquet"), b"{}")
-    journal.record_file(out, run_id="r", options=options, episodes_file="meta/episodes/chunk-000/file-002.parquet",
+    journal.record_file(out, run_id="r", options=options, dataset="file:///d",
+                        episodes_file="meta/episodes/chunk-000/file-002.parquet",
                         entry={"status": "imported", "parts": ["episodes/chunk-000/file-002.parquet"]})
     assert sorted(journal.recorded_parts(out, "r", "meta/episodes/chunk-000/file-001.parquet")) == [1]
-    records, uris = journal.read_records(out, options)
+    records, uris = journal.read_records(out, options, dataset="file:///d")
     assert [r["episodes_file"] for r in records] == ["meta/episodes/chunk-000/file-002.parquet"]
     assert len(uris) == 4
     folded = journal.fold(None, records, dataset="file:///d", options=options)
@@ -233,7 +234,8 @@ def test_the_manifest_an_interrupted_run_writes_is_redacted(tmp_path, monkeypatc
     token = "hf_abcdefgh12345678"
     monkeypatch.setenv("HF_TOKEN", token)
     out, options = f"file://{tmp_path}/out", {"one_part": False}
-    journal.record_file(out, run_id="r", options=options, episodes_file="meta/episodes/chunk-000/file-000.parquet",
+    journal.record_file(out, run_id="r", options=options, dataset=f"hf://datasets/o/n?token={token}",
+                        episodes_file="meta/episodes/chunk-000/file-000.parquet",
                         entry={"status": "imported", "parts": ["episodes/chunk-000/file-000.parquet"]})
     assert run_control._keep_committed(f"hf://datasets/o/n?token={token}", out, options, "r", "SIGINT") == 1
     text = (tmp_path / "out" / "manifest.json").read_text()

@@ -92,6 +92,7 @@ class _CheckDataset(ImportDoFn):
         if source is not None and not config.force and not damage and incremental.up_to_date(root, source, previous,
                                                                                               options):
             self._skipped.inc()
+            incremental.sweep_journal(root, out, config.run_id)
             return
         previous = output_damage.without_damage(previous, damage)
         yield beam.pvalue.TaggedOutput("reports", (root, DatasetReport(sources=(source,), notes=tuple(damage.notes()))))

@@ -93,8 +93,8 @@ def commit_file(config: ImportConfig, root: str, rel: str, results: Sequence[Par
                   "episode_ranges": [list(r) for r in quality.index_ranges(indices)]}
         entry = {**writes.file_entry(outcome, source, config.run_id),
                  "quality": {"checks": json.loads(checked.checks_json), "table": table, "listed": listed}}
-        journal.record_file(out, run_id=config.run_id, options=config.output_options(), episodes_file=rel,
-                            entry=entry)
+        journal.record_file(out, run_id=config.run_id, options=config.output_options(), dataset=root,
+                            episodes_file=rel, entry=entry)
     if outcome.status == "failed":
         primary = [f for f in outcome.failures if f.rule != "file_failed"] or list(outcome.failures)
         # per file: -v shows it; by default the summary says it once, grouped by rule

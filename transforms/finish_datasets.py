@@ -11,7 +11,7 @@ from typing import Iterable, Iterator, Optional, Sequence
 import apache_beam as beam
 
 from transforms import quality
-from transforms.base import live_counts, stopping, storage
+from transforms.base import live_counts, run_limits, stopping, storage
 from transforms.base.errors import FailureRecord, LeRobotImportError, redact, rule_of_repr
 from transforms.lerobot.info import INFO_PATH
 from transforms.output.incremental import KeptFile
@@ -55,7 +55,9 @@ class _DatasetWriter(ImportDoFn):
         # Every text the output holds passes the one redaction (records already did; warnings, notes and
         # the dataset's own strings in the manifest too).
         rows = writes.errors_jsonl(failures).decode()
-        with stopping.output_work():
+        # The pair is the output's own bookkeeping, not a read of the source: a phase deadline that passes
+        # meanwhile must not cut it between its two files (nor leave their temporaries behind).
+        with stopping.output_work(), run_limits.outside():
             manifest = writes.manifest_bytes(doc)
             # Both files are written under temporary names first and moved into place only when both are
             # whole: a disk that fills meanwhile leaves the last run's pair as it was, never a new
@@ -73,7 +75,10 @@ class _DatasetWriter(ImportDoFn):
                 if ex.rule not in UNFINISHED_RULES:
                     raise
                 return self._unfinished(root, ex)
-            journal.clear(out, journal.record_uris(out))  # the manifest now holds what they recorded
+            try:  # the manifest now holds what they recorded
+                journal.clear(out, journal.record_uris(out))
+            except (OSError, LeRobotImportError) as ex:  # they stay, and the next run folds what is written
+                _LOG.warning("%s: could not clear the output's journal: %s", root, ex)
         self._counters["errors"].inc(doc["totals"]["errors"])
         self._counters["warnings"].inc(doc["totals"]["warnings"])
         self._counters["datasets_imported" if doc["status"] == "imported" else "datasets_failed"].inc()
@@ -119,11 +124,13 @@ class _FinishAfterBug(_DatasetWriter):
     @in_phase("finish", lambda bad: f"dataset {bad[0][0]}")
     def process(self, bad) -> Iterator[dict]:
         (root, reports), exc_info = bad
-        named = rule_of_repr(exc_info[0], str(exc_info[1]))
+        error = exc_info[1]
+        named = ((error.rule, str(error)) if isinstance(error, LeRobotImportError)
+                 else rule_of_repr(exc_info[0], str(error)))
         if named is not None and named[0] in UNFINISHED_RULES:
             self._unfinished(root, LeRobotImportError(named[0], named[1].split("] ", 1)[-1]))
             return
-        _LOG.error("finishing %s failed unexpectedly: %s", root, exc_info[1])
+        _LOG.error("finishing %s failed%s: %s", root, "" if named else " unexpectedly", exc_info[1])
         report = DatasetReport.merge(reports)
         outcomes = list(report.outcomes)
         failures = list(report.failures) + [internal_record(exc_info, dataset=root, episodes_file=None)]

@@ -368,7 +368,7 @@ class _WriteShard(ImportDoFn):
                 return
             if outcome.action in ("written", "emptied"):  # recorded at once, as episodes files are
                 journal.record_shard(out, run_id=self._config.run_id, options=self._config.output_options(),
-                                      shard=shard, action=outcome.action,
+                                      dataset=root, shard=shard, action=outcome.action,
                                       record=outcome.record.to_json() if outcome.record else None,
                                       versions={v.file: v.version for v in values if isinstance(v, MediaIndexRow)})
         if outcome.action == "written":

@@ -17,6 +17,13 @@ stops the run 5 s past the deadline instead of the default 60 s). trickle_one_by
 body a byte a second with no option given: the floor rate of a read (1 KiB/s over 30 s) ends it, not the
 phase deadline (30 min). render_held_output renders into an
 output another render's lease holds; manifest_disk_full fills the disk at the manifest's write.
+
+The journal cases: `.journal` a link to a folder of 2,000 JSON files (journal_symlink), a forged record
+whose key climbs out of the output (journal_forged_dotdot), 50,000 records a dead run left (half part
+records, half records of another dataset) on an unchanged output and on a forced run. Then a gone
+episodes file named `*.parquet` on a memory:// output, a finish phase past a 1 ms deadline, a stdout
+that raises ENOSPC, Ctrl-C while waiting for a held lease, and the query helpers on an import without
+parts and with a hostile view prefix.
 """
 
 from __future__ import annotations
@@ -260,6 +267,160 @@ def case_hub_endless_fresh_pages(work: Path) -> str:
 
 def case_hub_slow_bytes(work: Path) -> str:
     return _hub(work, {"slow_bytes": 0.05}, deadline=5.0)
+
+
+def _outside(work: Path) -> Path:
+    """A folder beside the output full of JSON files (and names the journal writes) that are not its own."""
+    elsewhere = work / "elsewhere"
+    run = elsewhere / "0123abcd"
+    run.mkdir(parents=True)
+    for i in range(1000):
+        (elsewhere / f"notes-{i}.json").write_text("{}")
+        (run / f"file-{i:024x}.json").write_text("{}")
+    return elsewhere
+
+
+def _count(folder: Path) -> int:
+    return sum(1 for _ in folder.rglob("*"))
+
+
+def case_journal_symlink(work: Path) -> str:
+    dataset, out = _setup(work)
+    elsewhere = _outside(work)
+    (out / ".journal").symlink_to(elsewhere, target_is_directory=True)
+    before = _count(elsewhere)
+    line = _import(dataset, out, "--force")
+    return f"{line} | outside: {_count(elsewhere)}/{before} files kept"
+
+
+def case_journal_forged_dotdot(work: Path) -> str:
+    dataset, out = _setup(work)
+    victim = work / "victim"
+    victim.mkdir()
+    (victim / f".x.parquet.tmp-{'1' * 32}").write_bytes(b"not the output's")
+    doc = json.loads((out / "manifest.json").read_text())
+    entry = dict(doc["episodes_files"]["meta/episodes/chunk-000/file-000.parquet"],
+                 parts=["episodes/../../victim/x.parquet"])
+    run = out / ".journal" / "deadrun"
+    run.mkdir(parents=True)
+    (run / f"file-{'c' * 24}.json").write_text(json.dumps({
+        "kind": "episodes_file", "run_id": "deadrun", "options": doc["options"], "dataset": f"file://{dataset}",
+        "episodes_file": "meta/episodes/../../../victim/x.parquet", "entry": entry}))
+    line = _import(dataset, out, "--force")
+    return f"{line} | victim kept: {(victim / f'.x.parquet.tmp-{chr(49) * 32}').exists()}"
+
+
+def _dead_run(out: Path, records: int, options: dict) -> Path:
+    run = out / ".journal" / "deadrun"
+    run.mkdir(parents=True)
+    body = json.dumps({"kind": "episodes_file", "options": options, "dataset": "file:///another/dataset",
+                       "episodes_file": "meta/episodes/chunk-000/file-000.parquet", "entry": {}})
+    for i in range(records // 2):
+        (run / f"part-{i:024x}-000000.json").write_text('{"kind": "part"}')
+        (run / f"file-{i:024x}.json").write_text(body)
+    return run
+
+
+def case_journal_dead_run_50k_skipped(work: Path) -> str:
+    dataset, out = _setup(work)
+    _dead_run(out, 50_000, json.loads((out / "manifest.json").read_text())["options"])
+    line = _import(dataset, out)
+    return f"{line} | left in .journal: {_count(out / '.journal') if (out / '.journal').exists() else 0}"
+
+
+def case_journal_dead_run_50k_forced(work: Path) -> str:
+    dataset, out = _setup(work)
+    _dead_run(out, 50_000, json.loads((out / "manifest.json").read_text())["options"])
+    line = _import(dataset, out, "--force")
+    return f"{line} | left in .journal: {_count(out / '.journal') if (out / '.journal').exists() else 0}"
+
+
+def case_wildcard_key_gone_on_memory(work: Path) -> str:
+    import fsspec
+    from tests.bench.synth_dataset import make_dataset
+    from tests.helpers import run_import
+    local = make_dataset(work / "ds", episodes=4, frames=10, cameras=0, episodes_per_meta_file=2, state_dim=2,
+                         action_dim=2)
+    episodes = local / "meta" / "episodes" / "chunk-000"
+    (episodes / "file-001.parquet").rename(episodes / "*.parquet")
+    fs = fsspec.filesystem("memory")
+    fs.put(str(local) + "/", "/wild/ds", recursive=True)
+    assert run_import("memory://wild/ds", "memory://wild/out") == 0
+    fs.rm_file("/wild/ds/meta/episodes/chunk-000/*.parquet")
+    line = _import("memory://wild/ds", "memory://wild/out")
+    return f"{line} | other part kept: {fs.exists('/wild/out/episodes/chunk-000/file-000.parquet')}"
+
+
+def case_finish_phase_deadline_tiny(work: Path) -> str:
+    dataset = _setup(work)[0]
+    return _import(dataset, work / "fresh", "--phase_deadline", "finish=0.001")
+
+
+def case_terminal_disk_full(work: Path) -> str:
+    import errno
+    from pipelines import cli
+    from tests.helpers import SAMPLE, copy_dataset
+    sys.path.insert(0, str(REPO))
+    dataset = copy_dataset(SAMPLE, work / "so101")
+
+    class Full:
+        def write(self, text):
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+        def flush(self):
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    saved = sys.stdout
+    sys.stdout = Full()
+    try:
+        cli.main(["--dataset", str(dataset), "--output", str(work / "out"), "--runner", "FnApiRunner"])
+    except SystemExit as ex:
+        status = ex.code
+    finally:
+        sys.stdout = saved
+    return f"exit {status}, manifest {json.loads((work / 'out' / 'manifest.json').read_text())['status']}"
+
+
+def case_interrupt_waiting_for_lease(work: Path) -> str:
+    import contextlib
+    import io
+    import threading
+    from tests.helpers import SAMPLE, copy_dataset, run_import
+    from transforms.output import lease
+    sys.path.insert(0, str(REPO))
+    dataset = copy_dataset(SAMPLE, work / "so101")
+    out = work / "out"
+    buf = io.StringIO()
+    held = lease.acquire(f"file://{out}", run_id="other", ttl_seconds=600)
+    real = lease.acquire
+
+    def acquire(output, **kwargs):  # the signal comes once the run waits for the held lease
+        threading.Timer(1.0, lambda: os.kill(os.getpid(), signal.SIGINT)).start()
+        return real(output, **kwargs)
+
+    lease.acquire = acquire
+    with contextlib.redirect_stdout(buf):
+        status = run_import(dataset, out, "--wait-for-lease", "120")
+    lease.release(held)
+    return f"exit {status}: {buf.getvalue().strip().splitlines()[-1]}"
+
+
+def case_query_no_parts_and_hostile_prefix(work: Path) -> str:
+    import duckdb
+    from tests.helpers import SAMPLE, copy_dataset, run_import
+    from transforms.reader import query
+    from transforms.reader import ReaderError
+    dataset = copy_dataset(SAMPLE, work / "so101")
+    (dataset / "data" / "chunk-000" / "file-000.parquet").write_bytes(b"broken")
+    run_import(dataset, work / "out")
+    said = []
+    for call in (lambda: query.duckdb_views(duckdb.connect(), str(work / "out")),
+                 lambda: query.duckdb_views(duckdb.connect(), str(work / "out"), prefix='x"\x00; --')):
+        try:
+            call()
+        except ReaderError as ex:
+            said.append(str(ex)[:60])
+    return " | ".join(said)
 
 
 CASES = [name[len("case_"):] for name in sorted(globals()) if name.startswith("case_")]

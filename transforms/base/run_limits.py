@@ -305,6 +305,18 @@ def piece(limits: RunLimits, phase: str, what: str, *, clock=time.monotonic) -> 
             del _ACTIVE[key]
 
 
+@contextlib.contextmanager
+def outside() -> Iterator[None]:
+    """Do work that is no part of the piece this thread works on (the output's own bookkeeping once the
+    piece's reads are done): no deadline is checked inside, and the piece's resumes after."""
+    outer = getattr(_LOCAL, "piece", None)
+    _LOCAL.piece = None
+    try:
+        yield
+    finally:
+        _LOCAL.piece = outer
+
+
 def check(waiting_on: str = "", *, clock=time.monotonic) -> None:
     """Raise `DeadlinePassed` when the piece this thread works on is past its deadline; else note what it
     waits on next (`waiting_on`, "a read of data file X") for the command's watch. No-op outside a piece."""

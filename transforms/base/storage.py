@@ -14,6 +14,7 @@ import io
 import os
 import posixpath
 import random
+import re
 import stat
 import time
 import uuid
@@ -556,7 +557,13 @@ def commit(tmp_uri: str, final_uri: str) -> None:
     def attempt() -> None:
         if not fs.exists(tmp_path) and fs.exists(final_path):
             return  # an earlier attempt moved it before failing to report so
-        fs.mv(tmp_path, final_path)
+        if is_local(fs) or not (_has_magic(tmp_path) or _has_magic(final_path)):
+            fs.mv(tmp_path, final_path)
+            return
+        # fsspec's `mv` expands `*`, `?` and `[` as a pattern on object stores: a name holding them is
+        # copied and removed as the one file it names
+        fs.cp_file(tmp_path, final_path)
+        _remove_literal(fs, tmp_path)
 
     try:
         with_retries(attempt)
@@ -572,15 +579,33 @@ def write_atomic(final_uri: str, data: bytes) -> None:
 
 
 def remove(uri: str) -> None:
+    """Remove the one file `uri` names, its name taken literally (`*`, `?` and `[` are legal in names)."""
     fs, path = filesystem(uri)
 
     def attempt() -> None:
         try:
-            fs.rm(path)
+            if is_local(fs) or not _has_magic(path):
+                fs.rm(path)
+            else:
+                _remove_literal(fs, path)
         except FileNotFoundError:
             pass
 
     with_retries(attempt)
+
+
+_MAGIC = re.compile(r"[*?\[]")
+
+
+def _has_magic(path: str) -> bool:
+    return _MAGIC.search(path) is not None
+
+
+def _remove_literal(fs: fsspec.AbstractFileSystem, path: str) -> None:
+    """Delete one object by its exact name on a filesystem whose `rm` would expand it as a pattern:
+    `rm_file` names one file (memory, s3fs and gcsfs delete that very object)."""
+    fs.rm_file(path)
+    fs.invalidate_cache(path)
 
 
 def glob(pattern_uri: str) -> list[str]:

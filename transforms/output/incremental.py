@@ -17,6 +17,7 @@ import logging
 from typing import Any, Callable, Iterable, Mapping, Optional, Sequence
 
 from transforms.base import storage
+from transforms.base.errors import LeRobotImportError
 from transforms.episode.quirks import WarningRecord
 from transforms.lerobot import fingerprint as dataset_fingerprint
 from transforms.lerobot import layouts, sources
@@ -73,13 +74,25 @@ def previous_manifest(root: str, out: str, options: Mapping[str, Any]) -> Option
     previous = found.doc
     if not isinstance(previous, dict) or previous.get("options") != options:
         previous = None
-    records, _ = journal.read_records(out, options)
+    records, _ = journal.read_records(out, options, dataset=root)
     previous = journal.fold(previous, records, dataset=root, options=options)
     if previous is None:
         return None
     if previous.get("dataset") is not None and not storage.same_dataset(str(previous["dataset"]), root):
         return None  # the output names another dataset's files (its clips' URIs): nothing carries over
     return previous
+
+
+def sweep_journal(root: str, out: str, run_id: str) -> None:
+    """An output found up to date holds no commit its manifest lacks (one would have made the fold
+    `interrupted`): whatever a dead run left in its journal (part records, claims, records of other
+    options or datasets, forged ones) is removed in one sweep, as a finished run removes its own; this
+    run's own folder is left."""
+    own = storage.join(out, f"{journal.PROGRESS_DIR}/{run_id}/")
+    try:
+        journal.clear(out, [u for u in journal.record_uris(out) if not u.startswith(own)])
+    except (OSError, LeRobotImportError) as ex:  # they stay, for a later run to remove
+        _LOG.warning("%s: could not clear the output's journal: %s", root, ex)
 
 
 def find_output_damage(root: str, out: str, previous: Optional[dict], *, force: bool,

@@ -40,6 +40,8 @@ ERRORS = "errors.jsonl"
 #: The lease a running import holds on its output, and the lock file local leases take it under.
 LEASE = ".lease.json"
 LEASE_LOCK = LEASE + ".lock"
+#: What a run has committed so far, one record per commit (`transforms.episode.journal`).
+JOURNAL_DIR = ".journal"
 #: The quality checks' findings: one table per episodes file, and the dataset's own.
 QUALITY_DIR = "quality"
 QUALITY_DATASET = f"{QUALITY_DIR}/dataset.parquet"

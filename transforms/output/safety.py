@@ -7,10 +7,11 @@ replaced by a symlink. Whatever it holds, the import, `verify` and `plan` keep t
   * every path taken from the output's state names a file inside the output, under the folder it
     belongs to (a part under `episodes/`, a shard under `media_index/`), as a clean relative path: no
     `..`, no absolute path, no URL, nothing empty;
-  * on local storage, the folders and files the import manages (`episodes/`, `media_index/`, `quality/` and
-    everything under them, `manifest.json`, `errors.jsonl`, `.lease.json` and its lock) are never
-    symlinks and are regular files or folders: a link would make the import write through it, outside
-    the output, and later delete it. Such an output is refused before anything is written or deleted.
+  * on local storage, the folders and files the import manages (`episodes/`, `media_index/`, `quality/`,
+    the journal `.journal/` and everything under them, `manifest.json`, `errors.jsonl`, `.lease.json` and
+    its lock) are never symlinks and are regular files or folders: a link would make the import write
+    through it, outside the output, and later delete it. Such an output is refused before anything is
+    written or deleted.
 
 The manifest is read bounded (`MAX_MANIFEST_BYTES`, `MAX_JSON_DEPTH`) and checked once, here, by
 `read_manifest`; what it lists is what the import may later delete (`deletable_files`): the import
@@ -41,7 +42,7 @@ RULE = "output_confinement"
 #: The temporary name `storage.tmp_name` gives: `.<final name>.tmp-<32 hex digits>`.
 TMP_PATTERN = re.compile(r"^\.(?P<final>.+)" + re.escape(storage.TMP_MARK) + r"[0-9a-f]{32}$")
 _STATE_FILES = (paths.MANIFEST, paths.ERRORS, paths.LEASE, paths.LEASE_LOCK)
-_STATE_FOLDERS = (paths.EPISODES_DIR, paths.MEDIA_INDEX_DIR, paths.QUALITY_DIR)
+_STATE_FOLDERS = (paths.EPISODES_DIR, paths.MEDIA_INDEX_DIR, paths.QUALITY_DIR, paths.JOURNAL_DIR)
 
 
 def is_own_tmp(name: str) -> bool:
@@ -116,8 +117,9 @@ def _check_local_chain(out_root: str, real_base: str, relative: str, *, what: st
 
 
 def _kind(mode: int) -> str:
-    for test, name in ((stat.S_ISDIR, "a folder"), (stat.S_ISFIFO, "a FIFO (named pipe)"),
-                       (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"),
+    for test, name in ((stat.S_ISREG, "a regular file"), (stat.S_ISDIR, "a folder"),
+                       (stat.S_ISFIFO, "a FIFO (named pipe)"), (stat.S_ISCHR, "a character device"),
+                       (stat.S_ISBLK, "a block device"),
                        (stat.S_ISSOCK, "a socket"), (stat.S_ISLNK, "a symlink")):
         if test(mode):
             return name

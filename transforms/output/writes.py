@@ -77,6 +77,9 @@ def sha256_hex(data: bytes) -> str:
 
 
 def _split(out_root: str, relative: str) -> tuple[str, str]:
+    """The folder (URI) and name of an output path, the path checked first to lie under `episodes/` (an
+    episodes-file name read from an output's state could otherwise point the clean-up elsewhere)."""
+    safety.confined(out_root, relative, folder=paths.EPISODES_DIR, what="episode part")
     head, _, tail = relative.rpartition("/")
     return storage.join(out_root, head) if head else out_root, tail
 

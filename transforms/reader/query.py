@@ -23,6 +23,7 @@ DuckDB and Polars are optional (the test extra installs both); only the function
 
 from __future__ import annotations
 
+import re
 from typing import Any, Optional, Sequence
 
 import pyarrow as pa
@@ -37,6 +38,8 @@ _DUCKDB_TYPES = {pa.float16(): "FLOAT", pa.float32(): "FLOAT", pa.float64(): "DO
                  pa.uint16(): "USMALLINT", pa.uint32(): "UINTEGER", pa.uint64(): "UBIGINT",
                  pa.bool_(): "BOOLEAN"}
 DURATION = "spql.Duration"
+#: A view prefix is a plain SQL name's start (letters, digits, `_`; at most 64): it is joined to the view names.
+_PREFIX = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,63}")
 
 
 def part_files(output: str) -> list[str]:
@@ -59,7 +62,7 @@ def read_episodes(output: str, columns: Optional[Sequence[str]] = None) -> pa.Ta
         columns: top-level columns to read (default: all).
     """
     tables = []
-    for uri in part_files(output):
+    for uri in _parts(output):
         fs, path = storage.filesystem(uri)
         tables.append(pq.read_table(path, filesystem=fs, columns=list(columns) if columns else None))
     return pa.concat_tables(tables)
@@ -161,7 +164,12 @@ def duckdb_views(con, output: str, *, prefix: str = "") -> list[str]:
             httpfs extension).
         prefix: prepended to each view's name.
     """
-    files = part_files(output)
+    if not isinstance(prefix, str) or (prefix and not _PREFIX.fullmatch(prefix)):
+        from transforms.reader import ReaderError
+        raise ReaderError(f"the view prefix {prefix!r} is not the start of a plain SQL name (letters, digits and "
+                          "`_`, not starting with a digit, at most 64): the views are named `<prefix>episodes`, "
+                          "`<prefix>frames` and `<prefix>clips`")
+    files = _parts(output)
     schema = _schema(files[0])
     source = "read_parquet([" + ", ".join(_sql_string(f) for f in files) + "])"
     frame = schema.field("frames").type.value_type
@@ -193,6 +201,17 @@ def duckdb_views(con, output: str, *, prefix: str = "") -> list[str]:
         con.execute(f"CREATE OR REPLACE VIEW {_ident(prefix + name)} AS {sql}")
         names.append(prefix + name)
     return names
+
+
+def _parts(output: str) -> list[str]:
+    """`part_files`, at least one: an import without parts has no table to query, which is said as such."""
+    files = part_files(output)
+    if not files:
+        from transforms.reader import ReaderError
+        raise ReaderError(f"the import at {output} holds no episode parts (no episodes file of it was imported: "
+                          "see its errors.jsonl), so there is nothing to query; import the dataset again once its "
+                          "errors are fixed")
+    return files
 
 
 def _schema(file: str) -> pa.Schema:
@@ -234,7 +253,7 @@ def _sql_string(text: str) -> str:
 
 def tensor_shapes(output: str) -> dict[str, list[int]]:
     """Each tensor frame feature of the import at `output` and its shape, as the parts' schema declares it."""
-    files = part_files(output)
+    files = _parts(output)
     schema = _schema(files[0])
     return {f.name: list(f.type.shape) for f in schema.field("frames").type.value_type
             if isinstance(f.type, pa.FixedShapeTensorType)}
