@@ -79,3 +79,28 @@ def test_the_readme_test_command_installs_what_ci_tests_need():
         assert package in test_extra, package
     ci = (REPO / ".ci" / "run").read_text()
     assert "pip install --quiet \"torch" not in ci  # the README's command is the one way tests get torch
+
+
+DEV_LOG = re.compile(r"\b(stop|issue)s? #?\d+\b|\bthis (session|round)\b|\bthe same session\b|\bhelper session|"
+                     r"\(\b[0-9a-f]{7,12}\b\)|\bcommit [0-9a-f]{7,40}\b", re.IGNORECASE)
+
+
+def test_docs_and_help_texts_speak_to_users_not_of_the_project_history():
+    """The README, the benchmark figures, the deploy notes and every help text say what the project is and does,
+    not how it got there: no issue or stop numbers, sessions, rounds or commit ids."""
+    from pipelines import check, command_line, plan, render_recipes, verify
+    docs = {str(p.relative_to(REPO)): p.read_text() for p in [REPO / "README.md", *REPO.glob("tests/**/README.md"),
+                                                              *REPO.glob("deploy/**/*.md")]}
+    assert "tests/bench/README.md" in docs and len(docs) >= 3
+    docs["lerobot-import --help"] = command_line.import_help()
+    docs["plan --help"] = plan._parser().format_help()
+    docs["verify/check/render help"] = " ".join(
+        mod.__doc__ or "" for mod in (check, verify, render_recipes))
+    found = [f"{where}: {m.group(0)!r}" for where, text in docs.items() for m in DEV_LOG.finditer(text)]
+    assert found == []
+
+
+@pytest.mark.parametrize("text", ["as stop 27 measured", "issue 25's target", "in this session", "before (1977f65)",
+                                  "this round's changes"])
+def test_the_history_pattern_sees_history(text):
+    assert DEV_LOG.search(text)
