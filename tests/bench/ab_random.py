@@ -2,11 +2,20 @@
 
     python tests/bench/ab_random.py OUT --code . --code /path/to/other/checkout [--items 200 --rounds 3]
         [--windows] [--uint8] [--loader] [--profile]
+    python tests/bench/ab_random.py OUT --code . --side ours:uint8 --side pyav --side floor \
+        --side lerobot:torchcodec --side lerobot:torchcodec:uint8 --side lerobot:pyav --side lerobot:pyav:uint8 \
+        --lerobot-python /path/to/lerobot-venv/bin/python [--loader] [--windows]
 
 Each round runs every checkout once, in turn (reversed every other round, so a busy moment of the machine
 falls on both sides), each in its own interpreter (PYTHONPATH = the checkout, torch threads 1), timing
 `ds[i]` over the same seeded random order after one untimed item; `--loader` times a
-`DataLoader(num_workers=2, shuffle=True, batch_size=8)` instead. Prints items/s per round and the median.
+`DataLoader(num_workers=2, shuffle=True, batch_size=8)` instead (its sampler draws more than one epoch when
+`--items` exceeds the dataset). Prints items/s (wall) and items per CPU-second (the process's, and its loader
+workers') per round, and the medians. Sides beside the checkouts: `ours:uint8` (this checkout with
+`camera_dtype="uint8"`), `pyav` (a per-item PyAV open + seek + decode, float32), `floor` (each item's decode
+work alone), `ceiling` (the loader's own cost of moving items) and `lerobot:BACKEND[:uint8]` (LeRobotDataset
+with that `video_backend`, `:uint8` = `return_uint8=True`, LeRobot >= 0.6's training mode), run by
+`--lerobot-python`.
 `--profile` runs the first checkout once under cProfile and prints where a random item's time goes.
 """
 
@@ -28,7 +37,9 @@ FPS = 30
 def make(spec: dict):
     """The dataset a side reads: ImportedFrames, or one of bench_frames' baselines."""
     side = spec["side"]
-    kw = {"camera_dtype": "uint8"} if spec["uint8"] else {}
+    uint8 = spec["uint8"] or side.endswith(":uint8")
+    side = side.removesuffix(":uint8")
+    kw = {"camera_dtype": "uint8"} if uint8 else {}
     if side.startswith("lerobot:"):  # run by a LeRobot interpreter, none of the project's code imported
         import logging
         import warnings
@@ -36,30 +47,42 @@ def make(spec: dict):
         warnings.filterwarnings("ignore")
         logging.disable(logging.WARNING)
         from lerobot.datasets.lerobot_dataset import LeRobotDataset
-        ds = LeRobotDataset("bench/local", root=spec["dataset"], video_backend=side.split(":", 1)[1])
+        lkw = {"return_uint8": True} if uint8 else {}  # LeRobot >= 0.6 only
+        ds = LeRobotDataset("bench/local", root=spec["dataset"], video_backend=side.split(":", 1)[1], **lkw)
         if not spec["windows"]:
             return ds
         cams = ds.meta.video_keys
         return LeRobotDataset("bench/local", root=spec["dataset"], video_backend=side.split(":", 1)[1],
-                              delta_timestamps=_windows(cams))
+                              delta_timestamps=_windows(cams, spec["fps"]), **lkw)
     if side in ("pyav", "floor", "ceiling"):
         sys.path.insert(0, str(HERE.parents[2]))
         from tests.bench.bench_frames import DecodeFloor, LoaderCeiling, PyAVBaseline
         if side == "ceiling":
             ds = LoaderCeiling(spec["import"], **kw)
-            return LoaderCeiling(spec["import"], _windows(ds.cameras), **kw) if spec["windows"] else ds
+            return LoaderCeiling(spec["import"], _windows(ds.cameras, spec["fps"]), **kw) if spec["windows"] else ds
         if side == "floor":
             ds = DecodeFloor(spec["import"])
-            return DecodeFloor(spec["import"], _windows(ds.cameras)) if spec["windows"] else ds
+            return DecodeFloor(spec["import"], _windows(ds.cameras, spec["fps"])) if spec["windows"] else ds
         ds = PyAVBaseline(spec["dataset"])
-        return PyAVBaseline(spec["dataset"], _windows(ds.cameras)) if spec["windows"] else ds
+        return PyAVBaseline(spec["dataset"], _windows(ds.cameras, spec["fps"])) if spec["windows"] else ds
     from transforms.reader import ImportedFrames
     ds = ImportedFrames(spec["import"], **kw)
-    return ImportedFrames(spec["import"], delta_timestamps=_windows(ds.cameras), **kw) if spec["windows"] else ds
+    if not spec["windows"]:
+        return ds
+    return ImportedFrames(spec["import"], delta_timestamps=_windows(ds.cameras, spec["fps"]), **kw)
 
 
-def _windows(cameras) -> dict:
-    return {**{c: [-1 / FPS, 0.0] for c in cameras}, "action": [k / FPS for k in range(10)]}
+def _windows(cameras, fps: int = FPS) -> dict:
+    return {**{c: [-1 / fps, 0.0] for c in cameras}, "action": [k / fps for k in range(10)]}
+
+
+def _cpu(pid: int) -> float:
+    """CPU seconds (user + system) `pid` has used."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    except (OSError, IndexError, ValueError):
+        return 0.0
 
 
 def measure(spec: dict) -> dict:
@@ -68,21 +91,30 @@ def measure(spec: dict) -> dict:
 
     torch.set_num_threads(1)
     ds = make(spec)
-    order = np.random.default_rng(spec["seed"]).permutation(len(ds))[:spec["items"] + 1].tolist()
+    rng = np.random.default_rng(spec["seed"])
+    # more than one permutation when the dataset holds fewer items than a run times (small recorded datasets)
+    order = np.concatenate([rng.permutation(len(ds)) for _ in range(spec["items"] // len(ds) + 1)])
+    order = order[:spec["items"] + 1].tolist()
     if spec["loader"]:
-        from torch.utils.data import DataLoader
+        from torch.utils.data import DataLoader, RandomSampler
         g = torch.Generator()
         g.manual_seed(spec["seed"])
         t0 = time.perf_counter()
-        it = iter(DataLoader(ds, batch_size=8, num_workers=2, shuffle=True, generator=g))
+        # RandomSampler is what shuffle=True makes; num_samples lets a small dataset run past one epoch
+        sampler = RandomSampler(ds, num_samples=max(len(ds), spec["items"] + 8), generator=g)
+        it = iter(DataLoader(ds, batch_size=8, num_workers=2, sampler=sampler))
         next(it)
         first = time.perf_counter() - t0
+        workers = [w.pid for w in getattr(it, "_workers", [])]
         n, t0 = 0, time.perf_counter()
+        c0 = time.process_time() + sum(_cpu(w) for w in workers)
         for batch in it:
             n += len(batch["index"])
             if n >= spec["items"]:
                 break
-        return {"items_per_s": n / (time.perf_counter() - t0), "first_batch_s": first}
+        cpu = time.process_time() + sum(_cpu(w) for w in workers) - c0
+        return {"items_per_s": n / (time.perf_counter() - t0), "items_per_cpu_s": n / cpu if cpu > 0 else 0.0,
+                "first_batch_s": first}
     ds[order[0]]  # the decoders' modules imported, untimed
     if spec["warm"]:  # one item of every episode first (untimed): every file's index and episode read once
         for i in np.random.default_rng(spec["seed"] + 1).permutation(len(ds))[:spec["warm"]].tolist():
@@ -97,10 +129,11 @@ def measure(spec: dict) -> dict:
         prof.disable()
         pstats.Stats(prof, stream=sys.stderr).sort_stats("tottime").print_stats(35)
         pstats.Stats(prof, stream=sys.stderr).sort_stats("cumulative").print_stats(30)
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), time.process_time()
     for i in order[1:]:
         ds[i]
-    return {"items_per_s": spec["items"] / (time.perf_counter() - t0)}
+    return {"items_per_s": spec["items"] / (time.perf_counter() - t0),
+            "items_per_cpu_s": spec["items"] / (time.process_time() - c0)}
 
 
 def main() -> None:
@@ -108,10 +141,12 @@ def main() -> None:
     ap.add_argument("import_root")
     ap.add_argument("--code", action="append", default=[], help="a checkout's root (repeat to compare)")
     ap.add_argument("--side", action="append", default=[],
-                    help="also time pyav (per-item open+seek+decode), floor (DecodeFloor), ceiling (LoaderCeiling: "
-                         "copies of one item, the loader's own cost) or lerobot:BACKEND")
+                    help="also time ours:uint8 (this checkout, camera_dtype='uint8'), pyav (per-item "
+                         "open+seek+decode), floor (DecodeFloor), ceiling (LoaderCeiling: copies of one item, the "
+                         "loader's own cost) or lerobot:BACKEND[:uint8] (return_uint8=True)")
     ap.add_argument("--lerobot-python", default=os.environ.get("LEROBOT_PYTHON", "lerobot-venv/bin/python"),
-                    help="an interpreter with lerobot 0.4.x installed (for the lerobot:BACKEND sides)")
+                    help="an interpreter with lerobot installed (0.4.x, or >= 0.6 for the :uint8 sides), for the "
+                         "lerobot:BACKEND sides")
     ap.add_argument("--items", type=int, default=200)
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--seed", type=int, default=0)
@@ -125,13 +160,20 @@ def main() -> None:
             "uint8": args.uint8, "loader": args.loader, "profile": False,
             "warm": args.warm}
     spec["dataset"] = json.loads((Path(args.import_root.removeprefix("file://")) / "manifest.json").read_text()) \
-        .get("dataset", "").removeprefix("file://") if args.side else ""
+        .get("dataset", "").removeprefix("file://")
+    info = Path(spec["dataset"]) / "meta" / "info.json"
+    spec["fps"] = json.loads(info.read_text()).get("fps", FPS) if info.is_file() else FPS  # the windows' frame
+    print(f"# {args.import_root}: {'loader' if args.loader else 'one process'}"
+          f"{', windows' if args.windows else ''}{', uint8' if args.uint8 else ''}, {args.items} items, "
+          f"load {os.getloadavg()[0]:.1f}", flush=True)
     codes = [str(Path(c).resolve()) for c in args.code] + args.side
 
     def run(code: str, profile: bool = False) -> dict:
         env = dict(os.environ, PYTHONPATH=code, OMP_NUM_THREADS="1", HF_HUB_OFFLINE="1")
         python, side = sys.executable, "ours"
-        if code in args.side:
+        if code == "ours:uint8":
+            side, env["PYTHONPATH"] = code, str(HERE.parents[2])
+        elif code in args.side:
             side, env["PYTHONPATH"] = code, str(HERE.parents[2])
             if code.startswith("lerobot:"):
                 python, env["PYTHONPATH"] = args.lerobot_python, ""
@@ -143,7 +185,9 @@ def main() -> None:
         for line in proc.stdout.splitlines():
             if line.startswith("AB-RESULT "):
                 return json.loads(line[len("AB-RESULT "):])
-        raise SystemExit(f"{code} failed: {proc.stderr.strip()[-2000:]}")
+        # one side failing (a crash of a worker, say) is printed and that run left out, the other sides still run
+        print(f"{code} failed: {proc.stderr.strip()[-1500:]}", flush=True)
+        return None
 
     if args.profile:
         run(codes[0], profile=True)
@@ -152,13 +196,20 @@ def main() -> None:
     for r in range(args.rounds):
         for code in (codes if r % 2 == 0 else codes[::-1]):
             res = run(code)
+            if res is None:
+                continue
             got[code].append(res)
             print(f"round {r + 1} {code}: " + ", ".join(f"{k} {v:.2f}" for k, v in res.items())
                   + f" (load {os.getloadavg()[0]:.1f})", flush=True)
-    base = statistics.median(x["items_per_s"] for x in got[codes[0]])
+    base = statistics.median(x["items_per_s"] for x in got[codes[0]]) if got[codes[0]] else float("nan")
     for code in codes:
+        if not got[code]:
+            print(f"median {code}: no run succeeded")
+            continue
         med = statistics.median(x["items_per_s"] for x in got[code])
-        print(f"median {code}: {med:.1f} items/s ({med / base:.2f}x the first)")
+        cpu = statistics.median(x.get("items_per_cpu_s", 0.0) for x in got[code])
+        print(f"median {code}: {med:.1f} items/s ({med / base:.2f}x the first), {cpu:.1f} items per CPU-s "
+              f"(load {os.getloadavg()[0]:.1f})")
 
 
 if __name__ == "__main__":
