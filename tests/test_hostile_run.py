@@ -306,8 +306,8 @@ def test_an_import_whose_terminal_cannot_be_written_goes_on(tmp_path, where):
     with open("/dev/full", "w") as full, open(log, "w") as readable:
         if where == "stdout_full":
             proc = _command(args, stdout=full, stderr=readable)
-        elif where == "stderr_full":
-            proc = _command(args, stdout=readable, stderr=full)
+        elif where == "stderr_full":  # -v: per-file lines go to stderr (by default nothing does on a clean run)
+            proc = _command([*args, "-v"], stdout=readable, stderr=full)
         else:
             proc = _command(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                             preexec_fn=lambda: (os.close(1), os.close(2)))
