@@ -154,7 +154,7 @@ def test_a_record_whose_key_climbs_out_of_the_output_is_dropped_with_a_warning(i
 def test_forged_records_never_reach_the_manifest_after_an_interrupt(imported, forgery, caplog):
     """What an interrupted run writes from its journal: only records that pass the manifest's checks."""
     from pipelines import run_control
-    from transforms.output import safety as output_state
+    from transforms.output import safety
 
     dataset, out = imported
     root, options = f"file://{dataset}", _options(out)
@@ -181,7 +181,7 @@ def test_forged_records_never_reach_the_manifest_after_an_interrupt(imported, fo
         assert run_control._keep_committed(root, f"file://{out}", options, "r", "SIGINT") == 0
     assert any(f".journal/deadrun/{name} dropped" in r.getMessage() for r in caplog.records), caplog.text
     # nothing was folded, so nothing was written: the output's manifest is as its import wrote it
-    found = output_state.read_manifest(f"file://{out}")
+    found = safety.read_manifest(f"file://{out}")
     assert found.problem is None and found.doc["status"] == "imported"
     assert run_import(dataset, out) == 0  # and the next run is not refused
 
