@@ -154,7 +154,7 @@ def test_a_record_whose_key_climbs_out_of_the_output_is_dropped_with_a_warning(i
 def test_forged_records_never_reach_the_manifest_after_an_interrupt(imported, forgery, caplog):
     """What an interrupted run writes from its journal: only records that pass the manifest's checks."""
     from pipelines import run_control
-    from transforms.output import safety as output_state
+    from transforms.output import safety
 
     dataset, out = imported
     root, options = f"file://{dataset}", _options(out)
@@ -181,7 +181,7 @@ def test_forged_records_never_reach_the_manifest_after_an_interrupt(imported, fo
         assert run_control._keep_committed(root, f"file://{out}", options, "r", "SIGINT") == 0
     assert any(f".journal/deadrun/{name} dropped" in r.getMessage() for r in caplog.records), caplog.text
     # nothing was folded, so nothing was written: the output's manifest is as its import wrote it
-    found = output_state.read_manifest(f"file://{out}")
+    found = safety.read_manifest(f"file://{out}")
     assert found.problem is None and found.doc["status"] == "imported"
     assert run_import(dataset, out) == 0  # and the next run is not refused
 
@@ -306,8 +306,8 @@ def test_an_import_whose_terminal_cannot_be_written_goes_on(tmp_path, where):
     with open("/dev/full", "w") as full, open(log, "w") as readable:
         if where == "stdout_full":
             proc = _command(args, stdout=full, stderr=readable)
-        elif where == "stderr_full":
-            proc = _command(args, stdout=readable, stderr=full)
+        elif where == "stderr_full":  # -v: per-file lines go to stderr (by default nothing does on a clean run)
+            proc = _command([*args, "-v"], stdout=readable, stderr=full)
         else:
             proc = _command(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                             preexec_fn=lambda: (os.close(1), os.close(2)))
