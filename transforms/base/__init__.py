@@ -3,7 +3,7 @@
     errors              the error family: every failure's rule, file, episode and message
     storage             fsspec I/O: bounded reads, atomic writes, conditional creates, listings
     hub                 hf://datasets/... roots (reached through storage): commits, range reads
-    run_limits          the run's own bounds: a deadline per phase, how much of a Hub listing is read
+    run_limits          the run's own bounds: a deadline per phase, a floor rate of reads, Hub listings
     stopping            a run being stopped (SIGINT, SIGTERM): work in progress ends, none starts after it
     live_counts         what the steps have done so far in this process, for the live progress line
 """
