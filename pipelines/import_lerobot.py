@@ -193,7 +193,7 @@ def _run(argv: list[str], *, wait: bool, verbosity: int, stage: run_control.Stag
         try:
             with progress.showing(verbosity >= 0 and local):
                 result = run_control.run_interruptibly(build_pipeline(options, config))
-        except run_control.Interrupted as ex:
+        except interrupts.Interrupted as ex:
             return run_control.stop_interrupted(config, ex.signum)
         except run_control.Stuck as ex:
             return run_control.stop_stuck(config, ex.error)

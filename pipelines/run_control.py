@@ -52,10 +52,6 @@ def safe_targets(config: ImportConfig) -> tuple[ImportConfig, list[str]]:
     return dataclasses.replace(config, targets=tuple(kept)), refused
 
 
-#: SIGINT or SIGTERM reached the command (raised in the main thread only).
-Interrupted = interrupts.Interrupted
-
-
 @dataclasses.dataclass
 class Stage:
     """Where the command is, for the line an interrupt ends it with."""
@@ -127,10 +123,10 @@ def run_interruptibly(pipeline: beam.Pipeline):  # -> its PipelineResult
             interrupts.checkpoint()
             stuck = run_limits.overdue(since=since)  # stuck inside one request, out of its checks
             if stuck is not None:
-                for s in (signal.SIGINT, signal.SIGTERM):
+                for s in interrupts.SIGNALS:
                     signal.signal(s, signal.SIG_IGN)
                 raise Stuck(stuck)
-    except (Interrupted, Stuck):
+    except (interrupts.Interrupted, Stuck):
         # A run on a cluster (the Dask runner) goes on there: its tasks are cancelled and those already
         # running waited for, so what the command then records is final, as `stopping` makes it locally
         stop_remote = getattr(box.get("running"), "stop_remote_work", None)
@@ -231,9 +227,6 @@ def _keep_committed(root: str, out: str, options: dict, run_id: str, signal_name
 #: How long an interrupted run waits for the part or commit in progress to end before cleaning up.
 STOP_WAIT_S = 60.0
 
-
-#: Exit statuses of a run ended by SIGINT (130) or SIGTERM (143).
-INTERRUPTED_STATUS = (128 + signal.SIGINT, 128 + signal.SIGTERM)
 
 
 def take_leases(config: ImportConfig, stack: contextlib.ExitStack,

@@ -43,7 +43,8 @@ from transforms.output import journal, paths, safety
 from transforms.output.incremental import decide_run
 from transforms.base.errors import LeRobotImportError, quote
 from transforms.output.lease import LEASE_NAME
-from transforms.lerobot import sources, v2
+from transforms.lerobot import sources
+from transforms.lerobot.layouts import layout_of
 
 #: Files of an output that no manifest lists and that are not leftovers: the lease and its lock file.
 _RUN_FILES = (LEASE_NAME, LEASE_NAME + ".lock")
@@ -444,7 +445,7 @@ def stale_episodes_files(manifest: dict) -> list[Problem]:
             d.sources.problem or sources.missing_source(d.sources, scanned.listing, dataset))
         if failing is not None:
             # a v2.x group: the episode whose own file this is fails alone, the others import
-            what = "would leave an episode out" if v2.is_group(d.episodes_file) else "would fail"
+            what = "would leave an episode out" if layout_of(d.episodes_file).episodes_own_files else "would fail"
             problems.append(Problem(d.episodes_file, "would_fail", f"its next import {what}: {failing}"))
     return problems
 

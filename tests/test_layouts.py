@@ -58,3 +58,15 @@ def test_a_failed_unit_still_accounts_for_its_episodes(tmp_path):
     with pytest.raises(LeRobotImportError) as err:
         layouts.read_unit_rows(str(root), "meta/episodes/chunk-009/none.parquet", info)
     assert err.value.file == "meta/episodes/chunk-009/none.parquet"
+
+
+def test_info_chooses_the_layout_and_each_layout_knows_its_unit_names(tmp_path):
+    root = lerobot_dataset("so101_av1")
+    info, _, _ = load_info(str(root), skip_videos=False)
+    old_info, _, _ = load_info(str(repack_v21(root, tmp_path / "v21")), skip_videos=False)
+    assert isinstance(layouts.layout_for(info), layouts.V3EpisodesFiles)
+    assert isinstance(layouts.layout_for(old_info), layouts.V2Groups)
+    v3, groups = layouts.layout_of(V3_FILE), layouts.layout_of("meta/episodes.jsonl:chunk-000")
+    assert v3.names_unit(V3_FILE) and not v3.names_unit("data/chunk-000/file-000.parquet")
+    assert groups.names_unit("meta/episodes.jsonl:chunk-000") and not groups.names_unit("meta/episodes.jsonl:a/b")
+    assert groups.episodes_own_files and not v3.episodes_own_files

@@ -106,8 +106,8 @@ class _PlanEpisodesFile(ImportDoFn):
         info = None
         try:
             info = load_info(root, skip_videos=self._config.skip_videos)
-            if layout.sized_by_footers and info.is_v2:
-                # an episodes file of a dataset whose info.json says v2.x: its layout is what is wrong
+            if layouts.layout_for(info) is not layout:
+                # a unit of another layout than info.json's version gives: the dataset's layout is what is wrong
                 check_dataset(root, skip_videos=self._config.skip_videos)
             rows = list(read) if read is not None else layout.read_rows(root, rel, info)
             for f, size in layout.data_file_sizes(root, rows).items():

@@ -383,7 +383,7 @@ def drop_failed_episodes(header: PartHeader, failures: Sequence[FailureRecord]
     (or of a v3.0 episodes file, whose files episodes share) fails the part as before: nothing is dropped.
     A part left without episodes is written empty, so that the group's other parts keep their places.
     """
-    if layouts.layout_of(header.episodes_file).sized_by_footers:  # episodes share their data files and MP4s
+    if not layouts.layout_of(header.episodes_file).episodes_own_files:
         return header, (), list(failures)
     owner: dict[str, int] = {}
     for row in header.rows:

@@ -24,9 +24,17 @@ class Layout:
     #: The data files' bytes are sized from their footers' row groups (v3: many episodes per data file);
     #: otherwise each episode is its whole data file, sized by the file.
     sized_by_footers = True
+    #: Each episode has a data file and MP4s of its own (v2.x): a failure of one of them is that episode's
+    #: alone, and the rest of its unit imports without it.
+    episodes_own_files = False
 
     def owns(self, unit: str) -> bool:
         """Does `unit` (an episodes-file name) belong to this layout?"""
+        raise NotImplementedError
+
+    def names_unit(self, unit: str) -> bool:
+        """Is `unit` (one this layout owns) a name the dataset's listing gives a unit, whose output is a clean
+        path under OUT/episodes/? (A journal record naming anything else is forged.)"""
         raise NotImplementedError
 
     def read_rows(self, root: str, unit: str, info: DatasetInfo) -> list[EpisodeRow]:
@@ -57,6 +65,9 @@ class V3EpisodesFiles(Layout):
     def owns(self, unit: str) -> bool:
         return not v2.is_group(unit)
 
+    def names_unit(self, unit: str) -> bool:
+        return unit.startswith(META_EPISODES_DIR + "/") and unit.endswith(".parquet")
+
     def read_rows(self, root: str, unit: str, info: DatasetInfo) -> list[EpisodeRow]:
         return episodes_files.read_episodes_file(root, unit, info)
 
@@ -82,9 +93,13 @@ class V2Groups(Layout):
     the group of one chunk's episodes."""
 
     sized_by_footers = False
+    episodes_own_files = True
 
     def owns(self, unit: str) -> bool:
         return v2.is_group(unit)
+
+    def names_unit(self, unit: str) -> bool:
+        return "/" not in self.output_stem(unit)  # one group, one file directly under episodes/
 
     def read_rows(self, root: str, unit: str, info: DatasetInfo) -> list[EpisodeRow]:
         return v2.group_rows(v2.load_episodes(root), info, unit)
@@ -107,6 +122,11 @@ LAYOUTS: tuple[Layout, ...] = (V2Groups(), V3EpisodesFiles())
 def layout_of(unit: str) -> Layout:
     """The layout of a unit of work (an episodes-file name as the import records it)."""
     return next(layout for layout in LAYOUTS if layout.owns(unit))
+
+
+def layout_for(info: DatasetInfo) -> Layout:
+    """The layout info.json's `codebase_version` gives the dataset's units."""
+    return LAYOUTS[0] if info.is_v2 else LAYOUTS[1]
 
 
 def read_unit_rows(root: str, unit: str, info: DatasetInfo) -> list[EpisodeRow]:

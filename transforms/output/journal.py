@@ -246,9 +246,7 @@ def _is_episodes_key(key: Any) -> bool:
     stem = layout.output_stem(key)
     if not safety.clean_relative(stem):
         return False
-    if isinstance(layout, layouts.V2Groups):
-        return "/" not in stem  # one group, one file directly under episodes/
-    return key.startswith("meta/episodes/") and key.endswith(".parquet")
+    return layout.names_unit(key)
 
 
 def _file_problem(out_root: str, key: Any, entry: Any) -> Optional[str]:
