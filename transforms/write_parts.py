@@ -279,7 +279,7 @@ class _WriteParts(ImportDoFn):
             found = quality.check_part(root, rel, info, typed, frames, tasks=self._tasks[root],
                                        data_columns=self._columns)
             return found + check_what_remains(root, rel, info, [r for r in header.rows if r.position not in frames],
-                                              self._reads, tasks=self._tasks[root])
+                                              self._reads, tasks=self._tasks[root], columns=self._columns)
         except (LeRobotImportError, OSError) as ex:  # the part fails with its own error anyway
             _LOG.debug("the quality checks of failed part %s of %s: %s", header.plan.part, rel, ex)
             return []

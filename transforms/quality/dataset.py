@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 from concurrent.futures import ThreadPoolExecutor
-from typing import Iterable, Optional, Sequence
+from typing import Iterable, Mapping, Optional, Sequence
 
 import numpy as np
 
@@ -180,7 +180,7 @@ def _check_file(root: str, planned, info: DatasetInfo, declared: DatasetInfo, ta
     stopped = [r for r in rows if r.position not in frames]
     if stopped:  # what a structural error leaves checkable (a column missing: the others still are)
         findings += check_what_remains(root, rel, info, stopped, counter, tasks=tasks, samples=samples,
-                                       declared=declared)
+                                       declared=declared, columns=columns)
     return _FileResult(tuple(findings), tuple(problems), (len(rows), sum(r.length for r in rows)),
                        tuple(r.episode_index for r in rows))
 
@@ -194,18 +194,20 @@ def without_missing_columns(info: DatasetInfo, columns: Sequence[str]) -> Option
 
 def check_what_remains(root: str, rel: str, info: DatasetInfo, rows: Sequence, counter: storage.ReadCounter, *,
                        tasks: Optional[Sequence[str]] = None, samples=None, strict: frozenset[str] = frozenset(),
-                       declared: Optional[DatasetInfo] = None) -> list[Finding]:
+                       declared: Optional[DatasetInfo] = None,
+                       columns: Optional[Mapping[str, Sequence[str]]] = None) -> list[Finding]:
     """The quality findings of episodes a structural error stopped, as far as they can still be checked: the
     episodes of a data file that lacks a declared column are typed again with the columns it has, and
     checked on those (their timestamps, their other features), so one missing column does not hide the
-    rest (an error that no missing column explains leaves them unchecked, as before)."""
+    rest (an error that no missing column explains leaves them unchecked, as before). `columns`: the columns of
+    the data files the caller already opened (their footers are not read again)."""
     found: list[Finding] = []
     by_file: dict[str, list] = {}
     for row in rows:
         by_file.setdefault(row.data_file, []).append(row)
     for data_file, episodes in by_file.items():
-        columns = _columns_of(root, data_file)
-        reduced = without_missing_columns(info, columns) if columns else None
+        names = tuple((columns or {}).get(data_file) or ()) or _columns_of(root, data_file)
+        reduced = without_missing_columns(info, names) if names else None
         if reduced is None or not reduced.frame_features:
             continue
         frames = {}
@@ -218,7 +220,7 @@ def check_what_remains(root: str, rel: str, info: DatasetInfo, rows: Sequence, c
         finally:
             reader.close()
         found += check_part(root, rel, reduced, episodes, frames, tasks=tasks, samples=samples,
-                            data_columns={data_file: columns}, strict=strict, declared=declared or info)
+                            data_columns={data_file: names}, strict=strict, declared=declared or info)
     return found
 
 
