@@ -29,7 +29,7 @@ if TYPE_CHECKING:  # imported where used: `--help` and `--version` load neither 
 
     from pipelines.options import ImportOptions
     from pipelines.targets import RunTargets
-    from transforms.messages import ImportConfig
+    from transforms.work.messages import ImportConfig
 
 _LOG = logging.getLogger("lerobot_import")
 
@@ -54,7 +54,7 @@ def config_from_options(options: ImportOptions, *, run_id: str = "", started_at:
                         targets: Optional[RunTargets] = None, limits=None) -> ImportConfig:
     """The run's ImportConfig: dataset roots resolved (lists and globs expanded) and their outputs; `limits`
     the run's bounds when the caller has them already (else read from `options`)."""
-    from transforms.messages import ImportConfig
+    from transforms.work.messages import ImportConfig
 
     targets = (run_targets(options) if targets is None else targets).targets
     if options.read_in_parts:

@@ -32,7 +32,7 @@ from transforms.lerobot import sources
 from transforms.lerobot.data_files import read_row_group_layout
 from transforms.lerobot.episodes_files import DATA_SPAN_LIMIT, RowGroupLayout, plan_parts
 from transforms.lerobot.layouts import layout_of, read_unit_rows
-from transforms.messages import ImportConfig
+from transforms.work.messages import ImportConfig
 
 #: Output bytes per byte the episodes' data takes decoded (`PartPlan.decoded_bytes`), when no earlier import of
 #: the output says better: the parts hold the same values, zstd. Counted on the decoded size, not on the data

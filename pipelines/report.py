@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Iterable, Optional
 
 if TYPE_CHECKING:
     from pipelines.targets import RunTargets
-    from transforms.messages import ImportConfig
+    from transforms.work.messages import ImportConfig
 
 
 BULK_REPORT = "bulk_report.json"

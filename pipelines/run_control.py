@@ -25,7 +25,7 @@ from pipelines import interrupts
 if TYPE_CHECKING:
     import apache_beam as beam
 
-    from transforms.messages import ImportConfig
+    from transforms.work.messages import ImportConfig
     from transforms.output import lease
 
 _LOG = logging.getLogger("lerobot_import")

@@ -1,8 +1,8 @@
 """The package layout holds: the Beam layer on top, the pure libraries beneath it in floors that depend
 one way, and the code explains itself instead of pointing at documents that are not in the repository.
 
-* the top level of `transforms` is the Beam layer (its steps import apache_beam; `messages` holds the
-  elements they pass); every Beam-free library lives in a sub-package;
+* the top level of `transforms` is the Beam layer (its steps import apache_beam, each a thin adapter over
+  `transforms.work`, which also holds the elements they pass); every Beam-free library lives in a sub-package;
 * `transforms` itself and its sub-packages import without apache_beam (checked in a fresh interpreter, so
   nothing the test process imported can hide it), and no sub-package module imports a top-level module of
   `transforms` or apache_beam, not even lazily inside a function;
@@ -35,12 +35,12 @@ FLOORS = (
     ("episode",),               # the record
     ("mp4", "output"),          # MP4s -> MediaIndex; the output folder
     ("quality",),               # checks over typed frames, sample times and metadata
-    ("reader",),                # reading an import back, training
+    ("work", "reader"),         # the import's steps without Beam (and their elements); reading an import back
 )
 SUBPACKAGES = tuple(name for floor in FLOORS for name in floor)
 FLOOR_OF = {name: level for level, floor in enumerate(FLOORS) for name in floor}
-#: Top-level modules of `transforms` that are Beam-free by design: the elements the Beam steps pass.
-BEAM_LAYER_ELEMENTS = {"messages"}
+#: Top-level modules of `transforms` that are Beam-free by design (the elements the steps pass live in `work`).
+BEAM_LAYER_ELEMENTS: set[str] = set()
 PURE = ["transforms"] + [f"transforms.{name}" for name in SUBPACKAGES]
 
 
@@ -174,7 +174,8 @@ def test_quality_checks_sit_above_the_record_and_media_packages():
     """The quality checks read typed frames and MediaIndex sample times; nothing below depends on them."""
     graph = _subpackage_graph()
     assert {"lerobot", "episode", "mp4"} <= graph["quality"]
-    assert not any("quality" in deps for name, deps in graph.items() if name != "quality")
+    assert not any("quality" in deps for name, deps in graph.items() if FLOOR_OF[name] <= FLOOR_OF["quality"])
+    assert "quality" in graph["work"]  # the import's steps run them
 
 
 def _pipelines_graph() -> dict[str, set[str]]:

@@ -26,7 +26,7 @@ from transforms.episode.quirks import ClipSpan, WarningRecord
 from transforms.base.errors import FailureRecord
 from transforms.import_dataset import CheckDatasets, ImportLeRobotDatasets, PlanEpisodesFiles
 from transforms.read_mp4_facts import ReadMp4Facts
-from transforms.messages import ClipUse, DatasetReport, FileInputs, ImportConfig, PartInputs, VideoFailure
+from transforms.work.messages import ClipUse, DatasetReport, FileInputs, ImportConfig, PartInputs, VideoFailure
 from transforms.safety_net import NAMESPACE
 from transforms.commit_episodes_files import CommitEpisodesFiles
 from transforms.finish_datasets import FinishDatasets
@@ -153,7 +153,7 @@ def test_plan_uses_the_rows_the_check_step_read(tmp_path):
     """Given the rows the check step read, planning does not read the episodes file again (here it is gone)."""
     from transforms.lerobot.dataset import read_info
     from transforms.lerobot.episodes_files import read_episodes_file
-    from transforms.messages import ReadRows
+    from transforms.work.messages import ReadRows
     ds = write_dataset(tmp_path / "ds", DatasetSpec(lengths=(3, 4), episodes_per_meta_file=1))
     root = _uri(ds)
     rows = tuple(read_episodes_file(root, FILE1, read_info(root)))
@@ -198,7 +198,7 @@ def test_a_missing_mp4_fails_each_part_using_it_and_says_where_it_is(tmp_path):
 
 def test_a_part_with_a_failed_mp4_fails_without_reading_and_a_part_without_plan_is_internal(tmp_path):
     from transforms.lerobot.episodes_files import PartPlan
-    from transforms.messages import PartHeader
+    from transforms.work.messages import PartHeader
     root = "memory://nowhere"  # nothing may be read: the failure is known before any read
     config = ImportConfig(targets=((root, "memory://out"),))
     header = PartHeader(root, FILE0, PartPlan(0, (0,), ("data/x.parquet",), 10), 1, ())
@@ -373,14 +373,14 @@ def test_write_parts_encodes_a_part_while_the_next_read_unit_is_prepared(tmp_pat
     every part is still written and its file committed by its writer."""
     from tests.dataset_factory import DatasetSpec, write_dataset
     from tests.helpers import read_manifest, run_import
-    from transforms import write_parts
+    from transforms.work import part_writer
 
     root = write_dataset(tmp_path / "ds", DatasetSpec(lengths=(5, 7, 6, 4), episodes_per_meta_file=1))
     events = []
-    prepare, finish = write_parts._WriteParts._prepare_part, write_parts._WriteParts._finish
-    monkeypatch.setattr(write_parts._WriteParts, "_prepare_part",
+    prepare, finish = part_writer.PartWriter._prepare_part, part_writer.PartWriter._finish
+    monkeypatch.setattr(part_writer.PartWriter, "_prepare_part",
                         lambda self, key, inputs: events.append(("prepare", key[1])) or prepare(self, key, inputs))
-    monkeypatch.setattr(write_parts._WriteParts, "_finish",
+    monkeypatch.setattr(part_writer.PartWriter, "_finish",
                         lambda self, pending, facts: events.append(("store", pending.key[1])) or finish(
                             self, pending, facts))
     assert run_import(root, tmp_path / "out") == 0

@@ -1,6 +1,6 @@
 """lerobot-beam-import: LeRobot v3 datasets as typed episode records, with Apache Beam.
 
-The Beam layer is this package's top-level modules (the import's steps and the elements they pass);
+The Beam layer is this package's top-level modules (the import's steps, thin adapters over `transforms.work`);
 everything beneath it is in sub-packages, pure, and never imports Beam. They depend one way, downward:
 
     transforms.base       the ground floor: errors, storage (fsspec I/O), the Hub, run limits, stopping
@@ -10,6 +10,7 @@ everything beneath it is in sub-packages, pure, and never imports Beam. They dep
     transforms.episode    the record: spql.* types, the episode type, frames, clips, outcomes
     transforms.output     the output folder: paths, writes, its state read back, shards, journal, lease
     transforms.quality    data-quality checks of an import's frames, sample times and metadata (findings)
+    transforms.work       each step's work on one element, without Beam, and the elements the steps pass
     transforms.reader     reading an import back: ImportReader, Episode, frame seeks, ImportedFrames, query
 """
 

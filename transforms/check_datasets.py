@@ -13,7 +13,7 @@ from transforms.base.errors import LeRobotImportError
 from transforms.lerobot import fingerprint as dataset_fingerprint
 from transforms.lerobot.dataset import check_dataset, list_episodes_files
 from transforms.lerobot.info import META_EPISODES_DIR
-from transforms.messages import (DatasetReport, FileInputs, Mp4Version,
+from transforms.work.messages import (DatasetReport, FileInputs, Mp4Version,
                                  ReadRows, ShardTouch, error_record, internal_record)
 from transforms.output import damage as output_damage
 from transforms.output import incremental, safety

@@ -15,7 +15,7 @@ from transforms.base import live_counts, run_limits, stopping, storage
 from transforms.base.errors import FailureRecord, LeRobotImportError, redact, rule_of_repr
 from transforms.lerobot.info import INFO_PATH
 from transforms.output.incremental import KeptFile
-from transforms.messages import (DatasetReport, ImportConfig,
+from transforms.work.messages import (DatasetReport, ImportConfig,
                                  VideoFailure, internal_record)
 from transforms.output import journal, paths, safety, writes
 from transforms.output.index_shards import final_media_index, stale_media_index_files

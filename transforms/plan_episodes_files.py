@@ -4,24 +4,15 @@ episodes, with their MP4 uses, the dataset-wide duplicate check, and the quirks 
 from __future__ import annotations
 
 import logging
-from typing import Iterable, Iterator, NamedTuple, Optional, Sequence
+from typing import Iterator, NamedTuple
 
 import apache_beam as beam
 
-from transforms import quality
-from transforms.base import live_counts, storage
-from transforms.base.errors import LeRobotImportError
-from transforms.episode import quirks
+from transforms.base import live_counts
 from transforms.episode.outcomes import failed_file
-from transforms.episode.quirks import ClipSpan
-from transforms.lerobot import data_files, layouts
-from transforms.lerobot import episodes_files as episodes_metadata
-from transforms.lerobot.dataset import check_dataset
-from transforms.lerobot.depth import is_depth
-from transforms.lerobot.info import DatasetInfo
-from transforms.messages import (ClipUse, DatasetReport, FileCounts, FileInputs, PartHeader, PartInputs,
-                                 error_record, internal_record, load_info)
 from transforms.safety_net import ImportDoFn, ImportStep, guarded, in_phase
+from transforms.work.messages import DatasetReport, internal_record
+from transforms.work.planner import EpisodesFilePlanner, duplicate_episodes
 
 _LOG = logging.getLogger(__name__)
 
@@ -65,116 +56,27 @@ class PlanEpisodesFiles(ImportStep):
 
 
 class _PlanEpisodesFile(ImportDoFn):
+    """Hands each episodes file to the worker's `EpisodesFilePlanner` and its results on, tagged."""
+
     def setup(self) -> None:
-        self._sizes: dict[tuple[str, str], int] = {}
-        self._layouts: dict[tuple[str, str], Optional[episodes_metadata.RowGroupLayout]] = {}
-
-    def _data_file_size(self, root: str, rel: str) -> int:
-        """A data file's size, asked of storage once per worker: many episodes files share a data file."""
-        key = (root, rel)
-        if key not in self._sizes:
-            self._sizes[key] = storage.file_size(storage.dataset_file(root, rel), what="data file", file=rel)
-        return self._sizes[key]
-
-    def _layout(self, root: str, rel: str, info: DatasetInfo) -> Optional[episodes_metadata.RowGroupLayout]:
-        """A data file's row-group layout, from its footer read once per worker."""
-        key = (root, rel)
-        if key not in self._layouts:
-            self._layouts[key] = data_files.read_row_group_layout(root, rel, info)
-        return self._layouts[key]
+        self._planner = EpisodesFilePlanner(self._config)
 
     @in_phase("plan", lambda element: f"episodes file {element[1]} of dataset {element[0]}")
     def process(self, element: tuple) -> Iterator:
         root, rel = element[:2]
-        planned = self._plan(root, rel, element[2].rows if len(element) > 2 else None)
-        if isinstance(planned, DatasetReport):
+        planned = self._planner.plan(root, rel, element[2].rows if len(element) > 2 else None)
+        if planned.failed:
             live_counts.add(episodes_files_planned=1, episodes_files_done=1, episodes_files_failed=1)
-            yield beam.pvalue.TaggedOutput("reports", (root, planned))
+            yield beam.pvalue.TaggedOutput("reports", (root, planned.report))
             return
-        rows = planned[1]
-        live_counts.add(episodes_files_planned=1, episodes_planned=len(rows),
-                        frames_planned=sum(r.length for r in rows))
-        yield from _plan_messages(root, rel, *planned)
-
-    def _plan(self, root: str, rel: str, read: Optional[Sequence[episodes_metadata.EpisodeRow]] = None
-              ) -> tuple | DatasetReport:
-        """(info, rows, parts) of an episodes file, or the report of its failure (every episode accounted).
-        `read`: its rows as the check step read them (then the file is not read again). A v2.x group's
-        episodes are each their own data file's rows: sized by the file (one listing of the chunk's data
-        folder), no footer read."""
-        layout = layouts.layout_of(rel)
-        info = None
-        try:
-            info = load_info(root, skip_videos=self._config.skip_videos)
-            if layouts.layout_for(info) is not layout:
-                # a unit of another layout than info.json's version gives: the dataset's layout is what is wrong
-                check_dataset(root, skip_videos=self._config.skip_videos)
-            rows = list(read) if read is not None else layout.read_rows(root, rel, info)
-            for f, size in layout.data_file_sizes(root, rows).items():
-                self._sizes.setdefault((root, f), size)
-            row_groups = (lambda f: self._layout(root, f, info)) if layout.sized_by_footers else (lambda f: None)
-            parts = episodes_metadata.plan_parts(rows, lambda f: self._data_file_size(root, f), row_groups,
-                                                 limit=self._config.data_span_limit,
-                                                 one_part=self._config.one_part, file=rel)
-            return info, rows, parts
-        except LeRobotImportError as ex:
-            episodes = (tuple(r.episode_index for r in read) if read is not None else
-                        layout.failed_episodes(root, rel, info))
-            return DatasetReport(outcomes=(failed_file(root, rel, episodes,
-                                                       [error_record(ex, dataset=root, episodes_file=rel)]),))
-
-
-def _plan_messages(root: str, rel: str, info: DatasetInfo, rows: Sequence[episodes_metadata.EpisodeRow],
-                   parts: Sequence[episodes_metadata.PartPlan]) -> Iterator:
-    """Per part: its header (main), its clip uses per MP4, its episode ids; then the file's warnings."""
-    by_position = {r.position: r for r in rows}
-    for plan in parts:
-        key = (root, rel, plan.part)
-        part_rows = tuple(by_position[p] for p in plan.positions)
-        yield key, PartInputs(headers=(PartHeader(root, rel, plan, len(parts), part_rows),))
-        for row in part_rows:
-            yield beam.pvalue.TaggedOutput("episode_ids", ((root, row.episode_index), rel))
-        for mp4, use in clip_uses(key, part_rows, info):
-            yield beam.pvalue.TaggedOutput("clip_uses", ((root, mp4), use))
-    warnings = quirks.clip_end_warnings(root, rel, rows, info.fps) + quirks.oversized_episode_warnings(
-        root, rel, rows, parts)
-    counts = FileCounts(rel, len(rows), sum(r.length for r in rows),
-                        tuple(map(tuple, quality.index_ranges([r.episode_index for r in rows]))))
-    yield beam.pvalue.TaggedOutput("reports", (root, DatasetReport(warnings=tuple(warnings), file_counts=(counts,))))
-
-
-def clip_uses(part: tuple[str, str, int], rows: Sequence[episodes_metadata.EpisodeRow],
-              info: DatasetInfo) -> list[tuple[str, ClipUse]]:
-    """(MP4, the part's clips in it) for every MP4 a part's episodes use, in first-use order."""
-    features = info.video_features  # a computed property: asked once, not per row
-    found: dict[str, tuple] = {}
-    depth: dict[str, bool] = {}
-    for row in rows if features else ():
-        for clip, feature in zip(row.videos, features):
-            _, _, spans = found.setdefault(clip.file, (feature.name, feature.video_codec, []))
-            if feature.name not in depth:
-                depth[feature.name] = is_depth(feature.info)
-            spans.append(ClipSpan(part[1], row.episode_index, clip.from_timestamp, clip.to_timestamp, row.length))
-    return [(mp4, ClipUse(part, camera, codec, info.fps, tuple(spans), depth=depth[camera]))
-            for mp4, (camera, codec, spans) in found.items()]
-
-
-def duplicate_episodes(key: tuple[str, int], files: Iterable[str]) -> Iterator[tuple[tuple[str, str], FileInputs]]:
-    """An episode_index claimed by several rows of a dataset's episodes files fails each of those files.
-
-    Args:
-        key: (dataset root, episode_index).
-        files: the episodes file of every row that claims it.
-    """
-    root, episode = key
-    files = sorted(files)
-    if len(files) < 2:
-        return
-    for rel in dict.fromkeys(files):
-        others = ", ".join(f for f in dict.fromkeys(files) if f != rel) or "itself"
-        err = LeRobotImportError("duplicate_episode", f"episode {episode} is listed {len(files)} times "
-                                 f"(also in {others})", episode_index=episode, file=rel)
-        yield (root, rel), FileInputs(duplicates=(error_record(err, dataset=root, episodes_file=rel),))
+        live_counts.add(episodes_files_planned=1, episodes_planned=len(planned.rows),
+                        frames_planned=sum(r.length for r in planned.rows))
+        for key, inputs in planned.to_parts:
+            yield key, inputs
+        for tag in ("episode_ids", "clip_uses"):
+            for value in getattr(planned, tag):
+                yield beam.pvalue.TaggedOutput(tag, value)
+        yield beam.pvalue.TaggedOutput("reports", (root, planned.report))
 
 
 def _plan_bug(bad) -> tuple[str, DatasetReport]:

@@ -31,7 +31,7 @@ from transforms.base.errors import LeRobotImportError
 from transforms.lerobot import hints
 from transforms.lerobot.info import INDEXED_CODECS
 from transforms.mp4 import arrow as mp4_arrow
-from transforms.messages import (ClipUse, DatasetReport, Mp4Version, PartInputs,
+from transforms.work.messages import (ClipUse, DatasetReport, Mp4Version, PartInputs,
                                  PartMp4, ShardTouch, VideoFailure, error_record, internal_record, load_info)
 from transforms.safety_net import ImportDoFn, ImportStep, counter, guarded, in_phase
 

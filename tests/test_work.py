@@ -1,0 +1,104 @@
+"""The import's steps without Beam (`transforms.work`): each body called directly, no pipeline."""
+
+from __future__ import annotations
+
+import collections
+
+import pyarrow.parquet as pq
+
+from tests.dataset_factory import DatasetSpec, write_dataset
+from transforms.base.errors import FailureRecord
+from transforms.output import paths
+from transforms.work.messages import ImportConfig, PartInputs
+from transforms.work.part_writer import COUNTERS, PartWriter, by_read_unit
+from transforms.work.planner import EpisodesFilePlanner
+
+FILE0 = "meta/episodes/chunk-000/file-000.parquet"
+
+
+class _Counter:
+    """A counter as a step's DoFn hands one in (Beam's have the same `inc`)."""
+
+    def __init__(self, tally: collections.Counter, name: str) -> None:
+        self._tally, self._name = tally, name
+
+    def inc(self, n: int = 1) -> None:
+        self._tally[self._name] += n
+
+
+def _counters() -> tuple[collections.Counter, dict]:
+    tally: collections.Counter = collections.Counter()
+    return tally, {name: _Counter(tally, name) for name in COUNTERS}
+
+
+def test_planner_cuts_an_episodes_file_into_parts_with_its_episode_ids_and_counts(tmp_path):
+    root = "file://" + str(write_dataset(tmp_path / "ds", DatasetSpec(lengths=(5, 7, 6))))
+    planned = EpisodesFilePlanner(ImportConfig(targets=((root, "file://" + str(tmp_path / "out")),))).plan(root, FILE0)
+    assert not planned.failed
+    assert [r.episode_index for r in planned.rows] == [0, 1, 2]
+    assert [key for key, _ in planned.to_parts] == [(root, FILE0, 0)]
+    header = planned.to_parts[0][1].headers[0]
+    assert (header.dataset, header.episodes_file, header.num_parts) == (root, FILE0, 1)
+    assert [(r.episode_index, r.length) for r in header.rows] == [(0, 5), (1, 7), (2, 6)]
+    assert planned.episode_ids == (((root, 0), FILE0), ((root, 1), FILE0), ((root, 2), FILE0))
+    assert planned.clip_uses == ()  # no cameras
+    counts = planned.report.file_counts[0]
+    assert (counts.episodes_file, counts.episodes, counts.frames, counts.episode_ranges) == (FILE0, 3, 18, ((0, 3),))
+
+
+def test_planner_fails_a_missing_episodes_file_as_a_whole(tmp_path):
+    root = "file://" + str(write_dataset(tmp_path / "ds", DatasetSpec(lengths=(5,))))
+    rel = "meta/episodes/chunk-000/file-009.parquet"
+    planned = EpisodesFilePlanner(ImportConfig(targets=((root, "memory://out"),))).plan(root, rel)
+    assert planned.failed and planned.to_parts == () and planned.rows == ()
+    outcome, = planned.report.outcomes
+    assert (outcome.episodes_file, outcome.status) == (rel, "failed")
+    assert outcome.failures[0].rule == "file_missing"
+
+
+def test_part_writer_writes_and_commits_a_part_when_flushed(tmp_path):
+    """The part stays pending (encoding) until flushed; then it is stored and, being its file's only part,
+    committed at once: the file's outcome, the part in place, the counts as Beam's counters would hold."""
+    root = "file://" + str(write_dataset(tmp_path / "ds", DatasetSpec(lengths=(5, 7, 6))))
+    out = tmp_path / "out"
+    config = ImportConfig(targets=((root, "file://" + str(out)),), run_id="run-1")
+    planned = EpisodesFilePlanner(config).plan(root, FILE0)
+    (unit, part), = [by_read_unit(key, [inputs]) for key, inputs in planned.to_parts]
+    tally, counters = _counters()
+    writer = PartWriter(config, counters)
+    try:
+        assert list(writer.write_unit(unit, [part], facts={(root, FILE0): []})) == []  # pending
+        (key, written) = writer.flush()
+        assert writer.flush() is None
+    finally:
+        writer.close()
+    assert key == (root, FILE0)
+    done, = written.committed
+    assert (done.outcome.status, done.outcome.episodes_written, done.outcome.frames) == ("imported", 3, 18)
+    part_file = out / paths.output_part_path(FILE0, 0, 1)
+    table = pq.read_table(part_file)
+    assert table.num_rows == 3 and table.column("episode_index").to_pylist() == [0, 1, 2]
+    assert {k: tally[k] for k in ("episodes", "frames", "parts_written", "files_committed_early")} == {
+        "episodes": 3, "frames": 18, "parts_written": 1, "files_committed_early": 1}
+    assert tally["output_bytes"] == part_file.stat().st_size and tally["data_bytes_read"] > 0
+
+
+def test_part_writer_fails_a_part_whose_mp4_failed_without_reading(tmp_path):
+    root = "memory://nowhere"  # nothing may be read: the failure is known before any read
+    config = ImportConfig(targets=((root, "memory://out"),))
+    from transforms.lerobot.episodes_files import PartPlan
+    from transforms.work.messages import PartHeader
+    header = PartHeader(root, FILE0, PartPlan(0, (0,), ("data/x.parquet",), 10), 1, ())
+    failure = FailureRecord(root, FILE0, 0, "videos/x.mp4", "file_missing", "gone")
+    tally, counters = _counters()
+    writer = PartWriter(config, counters)
+    try:
+        results = list(writer.write_unit((root, FILE0, 0), [((root, FILE0, 0), PartInputs(
+            headers=(header,), failures=(failure,)))])) + [writer.flush()]
+    finally:
+        writer.close()
+    (key, written), none = results
+    assert key == (root, FILE0) and none is None
+    result, = written.results
+    assert (result.part, result.tmp_uri, [f.rule for f in result.failures]) == (0, None, ["file_missing"])
+    assert sum(tally.values()) == 0

@@ -1,0 +1,154 @@
+"""Planning an episodes file, without Beam: its rows read and cut into parts of whole episodes, with their
+MP4 uses and the quirks worth a warning (`PlanEpisodesFiles` hands each worker's planner its files), and the
+dataset-wide duplicate check.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Iterable, Iterator, Optional, Sequence
+
+from transforms import quality
+from transforms.base import storage
+from transforms.base.errors import LeRobotImportError
+from transforms.episode import quirks
+from transforms.episode.outcomes import failed_file
+from transforms.episode.quirks import ClipSpan
+from transforms.lerobot import data_files, episodes_files, layouts
+from transforms.lerobot.dataset import check_dataset
+from transforms.lerobot.depth import is_depth
+from transforms.lerobot.info import DatasetInfo
+from transforms.work.messages import (ClipUse, DatasetReport, FileCounts, FileInputs, ImportConfig, PartHeader,
+                                      PartInputs, error_record, load_info)
+
+
+@dataclasses.dataclass(frozen=True)
+class PlannedFile:
+    """An episodes file planned: what goes to each step (`rows` empty and `report` its failure when it failed)."""
+
+    rows: tuple[episodes_files.EpisodeRow, ...] = ()
+    to_parts: tuple[tuple[tuple[str, str, int], PartInputs], ...] = ()  # each part's header, for its writer
+    episode_ids: tuple[tuple[tuple[str, int], str], ...] = ()  # ((root, episode_index), episodes file)
+    clip_uses: tuple[tuple[tuple[str, str], ClipUse], ...] = ()  # ((root, MP4), the part's clips in it)
+    report: DatasetReport = DatasetReport()  # its warnings and counts, or its failure
+    failed: bool = False  # it failed as a whole: `report` holds its outcome
+
+
+class EpisodesFilePlanner:
+    """Plans episodes files as one worker does: data-file sizes and row-group layouts asked once each.
+
+    Args:
+        config: the run's configuration.
+    """
+
+    def __init__(self, config: ImportConfig) -> None:
+        self._config = config
+        self._sizes: dict[tuple[str, str], int] = {}
+        self._layouts: dict[tuple[str, str], Optional[episodes_files.RowGroupLayout]] = {}
+
+    def plan(self, root: str, rel: str, read: Optional[Sequence[episodes_files.EpisodeRow]] = None) -> PlannedFile:
+        """An episodes file planned, or its failure (every episode accounted).
+
+        Args:
+            root: the dataset root URI.
+            rel: the episodes file (or v2.x group), relative to the root.
+            read: its rows as the check step read them (then the file is not read again).
+        """
+        planned = self._plan(root, rel, read)
+        if isinstance(planned, DatasetReport):
+            return PlannedFile(report=planned, failed=True)
+        return planned_file(root, rel, *planned)
+
+    def _data_file_size(self, root: str, rel: str) -> int:
+        """A data file's size, asked of storage once per worker: many episodes files share a data file."""
+        key = (root, rel)
+        if key not in self._sizes:
+            self._sizes[key] = storage.file_size(storage.dataset_file(root, rel), what="data file", file=rel)
+        return self._sizes[key]
+
+    def _layout(self, root: str, rel: str, info: DatasetInfo) -> Optional[episodes_files.RowGroupLayout]:
+        """A data file's row-group layout, from its footer read once per worker."""
+        key = (root, rel)
+        if key not in self._layouts:
+            self._layouts[key] = data_files.read_row_group_layout(root, rel, info)
+        return self._layouts[key]
+
+    def _plan(self, root: str, rel: str, read: Optional[Sequence[episodes_files.EpisodeRow]] = None
+              ) -> tuple | DatasetReport:
+        """(info, rows, parts) of an episodes file, or the report of its failure (every episode accounted).
+        `read`: its rows as the check step read them (then the file is not read again). A v2.x group's
+        episodes are each their own data file's rows: sized by the file (one listing of the chunk's data
+        folder), no footer read."""
+        layout = layouts.layout_of(rel)
+        info = None
+        try:
+            info = load_info(root, skip_videos=self._config.skip_videos)
+            if layouts.layout_for(info) is not layout:
+                # a unit of another layout than info.json's version gives: the dataset's layout is what is wrong
+                check_dataset(root, skip_videos=self._config.skip_videos)
+            rows = list(read) if read is not None else layout.read_rows(root, rel, info)
+            for f, size in layout.data_file_sizes(root, rows).items():
+                self._sizes.setdefault((root, f), size)
+            row_groups = (lambda f: self._layout(root, f, info)) if layout.sized_by_footers else (lambda f: None)
+            parts = episodes_files.plan_parts(rows, lambda f: self._data_file_size(root, f), row_groups,
+                                                 limit=self._config.data_span_limit,
+                                                 one_part=self._config.one_part, file=rel)
+            return info, rows, parts
+        except LeRobotImportError as ex:
+            episodes = (tuple(r.episode_index for r in read) if read is not None else
+                        layout.failed_episodes(root, rel, info))
+            return DatasetReport(outcomes=(failed_file(root, rel, episodes,
+                                                       [error_record(ex, dataset=root, episodes_file=rel)]),))
+
+
+def planned_file(root: str, rel: str, info: DatasetInfo, rows: Sequence[episodes_files.EpisodeRow],
+                 parts: Sequence[episodes_files.PartPlan]) -> PlannedFile:
+    """Per part: its header, its clip uses per MP4, its episode ids; the file's warnings and counts."""
+    by_position = {r.position: r for r in rows}
+    to_parts, episode_ids, uses = [], [], []
+    for plan in parts:
+        key = (root, rel, plan.part)
+        part_rows = tuple(by_position[p] for p in plan.positions)
+        to_parts.append((key, PartInputs(headers=(PartHeader(root, rel, plan, len(parts), part_rows),))))
+        episode_ids.extend(((root, row.episode_index), rel) for row in part_rows)
+        uses.extend(((root, mp4), use) for mp4, use in clip_uses(key, part_rows, info))
+    warnings = quirks.clip_end_warnings(root, rel, rows, info.fps) + quirks.oversized_episode_warnings(
+        root, rel, rows, parts)
+    counts = FileCounts(rel, len(rows), sum(r.length for r in rows),
+                        tuple(map(tuple, quality.index_ranges([r.episode_index for r in rows]))))
+    return PlannedFile(tuple(rows), tuple(to_parts), tuple(episode_ids), tuple(uses),
+                       DatasetReport(warnings=tuple(warnings), file_counts=(counts,)))
+
+
+def clip_uses(part: tuple[str, str, int], rows: Sequence[episodes_files.EpisodeRow],
+              info: DatasetInfo) -> list[tuple[str, ClipUse]]:
+    """(MP4, the part's clips in it) for every MP4 a part's episodes use, in first-use order."""
+    features = info.video_features  # a computed property: asked once, not per row
+    found: dict[str, tuple] = {}
+    depth: dict[str, bool] = {}
+    for row in rows if features else ():
+        for clip, feature in zip(row.videos, features):
+            _, _, spans = found.setdefault(clip.file, (feature.name, feature.video_codec, []))
+            if feature.name not in depth:
+                depth[feature.name] = is_depth(feature.info)
+            spans.append(ClipSpan(part[1], row.episode_index, clip.from_timestamp, clip.to_timestamp, row.length))
+    return [(mp4, ClipUse(part, camera, codec, info.fps, tuple(spans), depth=depth[camera]))
+            for mp4, (camera, codec, spans) in found.items()]
+
+
+def duplicate_episodes(key: tuple[str, int], files: Iterable[str]) -> Iterator[tuple[tuple[str, str], FileInputs]]:
+    """An episode_index claimed by several rows of a dataset's episodes files fails each of those files.
+
+    Args:
+        key: (dataset root, episode_index).
+        files: the episodes file of every row that claims it.
+    """
+    root, episode = key
+    files = sorted(files)
+    if len(files) < 2:
+        return
+    for rel in dict.fromkeys(files):
+        others = ", ".join(f for f in dict.fromkeys(files) if f != rel) or "itself"
+        err = LeRobotImportError("duplicate_episode", f"episode {episode} is listed {len(files)} times "
+                                 f"(also in {others})", episode_index=episode, file=rel)
+        yield (root, rel), FileInputs(duplicates=(error_record(err, dataset=root, episodes_file=rel),))
