@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import collections
+from pathlib import Path
 
 import pyarrow.parquet as pq
 
 from tests.dataset_factory import DatasetSpec, write_dataset
 from transforms.base.errors import FailureRecord
+from transforms.episode.quirks import ClipSpan
 from transforms.output import paths
-from transforms.work.messages import ImportConfig, PartInputs
+from transforms.work import mp4_facts
+from transforms.work.messages import ClipUse, ImportConfig, Mp4Version, PartInputs, VideoFailure
 from transforms.work.part_writer import COUNTERS, PartWriter, by_read_unit
 from transforms.work.planner import EpisodesFilePlanner
 
@@ -102,3 +105,49 @@ def test_part_writer_fails_a_part_whose_mp4_failed_without_reading(tmp_path):
     result, = written.results
     assert (result.part, result.tmp_uri, [f.rule for f in result.failures]) == (0, None, ["file_missing"])
     assert sum(tally.values()) == 0
+
+
+SAMPLE = Path(__file__).parent / "data" / "lerobot" / "so101_av1"
+
+
+def test_mp4_reader_reads_each_mp4_once_for_every_part_using_it(tmp_path):
+    """The bundled sample: each camera's MP4 read once, its facts for the part using it (the file's true size;
+    without --inline-index no MediaIndex travels to the part), its media_index/ row and its token reported."""
+    root = "file://" + str(SAMPLE)
+    config = ImportConfig(targets=((root, "file://" + str(tmp_path / "out")),))
+    planned = EpisodesFilePlanner(config).plan(root, FILE0)
+    by_mp4: dict = {}
+    for (_, rel), use in planned.clip_uses:
+        by_mp4.setdefault(rel, []).append(use)
+    assert sorted(by_mp4) == [f"videos/observation.images.{cam}/chunk-000/file-000.mp4" for cam in ("front", "wrist")]
+    tally: collections.Counter = collections.Counter()
+    reader = mp4_facts.Mp4FactsReader(config, {name: _Counter(tally, name) for name in mp4_facts.COUNTERS})
+    for rel, uses in sorted(by_mp4.items()):
+        result = reader.read(root, rel, uses)
+        assert [key for key, _ in result.to_parts] == [(root, FILE0, 0)]
+        told, = result.to_parts[0][1].mp4s
+        assert (told.file, told.mp4.size, told.mp4.index) == (rel, (SAMPLE / rel).stat().st_size, None)
+        assert told.samples is not None  # sample times for the part's quality checks
+        assert (result.index_row.file, result.index_row.size) == (rel, (SAMPLE / rel).stat().st_size)
+        assert result.report.video_versions == ((rel, ""),) and result.report.mp4_failures == ()
+    assert tally["mp4_files"] == 2 and tally["mp4_read_requests"] >= 2
+    # files this small are read whole by the first range read (a large one: its head and moov only)
+    assert tally["mp4_bytes_read"] == sum((SAMPLE / rel).stat().st_size for rel in by_mp4)
+
+
+def test_mp4_reader_fails_each_part_using_a_missing_mp4(tmp_path):
+    root = "file://" + str(tmp_path / "ds")
+    rel = "videos/cam/chunk-000/file-000.mp4"
+    uses = [ClipUse((root, FILE0, 0), "cam", "h264", 10.0, (ClipSpan(FILE0, 3, 0.0, 0.3, 3),)),
+            ClipUse((root, FILE0, 1), "cam", "h264", 10.0, (ClipSpan(FILE0, 5, 0.3, 0.7, 4),))]
+    tally: collections.Counter = collections.Counter()
+    reader = mp4_facts.Mp4FactsReader(ImportConfig(targets=((root, "memory://out"),)),
+                                      {name: _Counter(tally, name) for name in mp4_facts.COUNTERS})
+    result = reader.read(root, rel, uses)
+    assert [(key, f.rule, f.episode_index, f.file) for key, i in result.to_parts for f in i.failures] == [
+        ((root, FILE0, 0), "file_missing", 3, rel), ((root, FILE0, 1), "file_missing", 5, rel)]
+    assert f"video file {rel} does not exist" in result.to_parts[0][1].failures[0].message
+    assert result.index_row is None
+    assert result.report.mp4_failures == (VideoFailure(root, "cam", rel, "file_missing"),)
+    assert sum(tally.values()) == 0
+    assert reader.read(root, rel, [Mp4Version("token")]) == mp4_facts.Mp4Result()  # no clip uses: nothing to tell

@@ -38,9 +38,10 @@ def job(root: str, out: str, checks: bool) -> None:
     import logging
     logging.disable(logging.WARNING)
     if not checks:
-        from transforms import quality, read_mp4_facts
+        from transforms import quality
+        from transforms.work import mp4_facts
         quality.check_part = lambda *a, **k: []
-        read_mp4_facts.part_samples = lambda rel, index, uses: {u.part: None for u in uses}
+        mp4_facts.part_samples = lambda rel, index, uses: {u.part: None for u in uses}
     from pipelines.import_lerobot import run
     status = run(["--dataset", root, "--output", out, "--runner", "FnApiRunner", "--direct_num_workers", "1"])
     assert status == 0, f"import of {root} failed"
