@@ -19,7 +19,7 @@ from apache_beam.options.pipeline_options import PipelineOptions
 from tests import mp4_factory as MF
 from tests.dataset_factory import DatasetSpec, edit_episodes, edit_info, write_dataset
 from tests.helpers import read_errors, read_manifest, run_import
-from transforms import finish_datasets
+from transforms.work import finish
 from transforms.episode import clips
 from transforms.base.errors import LeRobotImportError
 
@@ -172,7 +172,7 @@ def test_a_memory_error_while_finishing_still_writes_errors_and_manifest(tmp_pat
     def out_of_memory(root):
         raise MemoryError("simulated while reading meta/info.json")
 
-    monkeypatch.setattr(finish_datasets, "info_sha256", out_of_memory)
+    monkeypatch.setattr(finish, "info_sha256", out_of_memory)
     out = tmp_path / "out"
     assert run_import(root, out) == 1
     errors = read_errors(out)

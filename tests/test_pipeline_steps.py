@@ -18,7 +18,7 @@ from apache_beam.testing.util import assert_that, equal_to
 
 from tests.dataset_factory import DatasetSpec, edit_episodes, write_dataset
 from transforms.base import storage
-from transforms import finish_datasets
+from transforms.work import finish
 from transforms.output import writes
 from transforms.episode.outcomes import FileOutcome, PartFile, PartResult, failed_file
 from transforms.output.paths import output_part_path
@@ -326,7 +326,7 @@ def test_finish_that_raises_still_writes_errors_and_manifest(tmp_path, monkeypat
     def out_of_memory(root):
         raise MemoryError("simulated: info.json too large")
 
-    monkeypatch.setattr(finish_datasets, "info_sha256", out_of_memory)
+    monkeypatch.setattr(finish, "info_sha256", out_of_memory)
     p = _pipeline()
     manifests = _finish_inputs(p, root) | FinishDatasets(config)
     assert_that(manifests | beam.Map(lambda d: (d["status"], d["totals"]["errors"], d["totals"]["episodes"])),

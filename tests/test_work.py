@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import collections
+import json
 from pathlib import Path
 
 import pyarrow.parquet as pq
@@ -11,8 +12,9 @@ from tests.dataset_factory import DatasetSpec, write_dataset
 from transforms.base.errors import FailureRecord
 from transforms.episode.quirks import ClipSpan
 from transforms.output import paths
-from transforms.work import mp4_facts
-from transforms.work.messages import ClipUse, ImportConfig, Mp4Version, PartInputs, VideoFailure
+from transforms.work import finish, mp4_facts
+from transforms.work.checker import CheckedDataset, check_to_import
+from transforms.work.messages import ClipUse, DatasetReport, ImportConfig, Mp4Version, PartInputs, VideoFailure
 from transforms.work.part_writer import COUNTERS, PartWriter, by_read_unit
 from transforms.work.planner import EpisodesFilePlanner
 
@@ -151,3 +153,65 @@ def test_mp4_reader_fails_each_part_using_a_missing_mp4(tmp_path):
     assert result.report.mp4_failures == (VideoFailure(root, "cam", rel, "file_missing"),)
     assert sum(tally.values()) == 0
     assert reader.read(root, rel, [Mp4Version("token")]) == mp4_facts.Mp4Result()  # no clip uses: nothing to tell
+
+
+def test_check_lists_a_new_dataset_and_skips_it_once_imported_up_to_date(tmp_path):
+    from tests.helpers import run_import
+    path = write_dataset(tmp_path / "ds", DatasetSpec(lengths=(5, 7)))
+    root, out = "file://" + str(path), tmp_path / "out"
+    config = ImportConfig(targets=((root, "file://" + str(out)),), run_id="run-1")
+    checked = check_to_import(config, root)
+    assert not checked.skipped
+    (listed_root, rel, read), = checked.episodes_files  # its rows, read for its sources' digest, go along
+    assert (listed_root, rel, [(r.episode_index, r.length) for r in read.rows]) == (root, FILE0, [(0, 5), (1, 7)])
+    found, decisions = checked.reports
+    assert found.sources[0] is not None and found.failures == ()
+    assert [s.episodes_file for s in decisions.file_sources] == [FILE0] and decisions.kept == ()
+    assert [(key, i.sources[0].episodes_file) for key, i in checked.file_sources] == [((root, FILE0), FILE0)]
+    assert checked.mp4_versions == () and checked.shard_touches == ()  # no cameras
+    assert run_import(path, out) == 0
+    assert check_to_import(config, root) == CheckedDataset(skipped=True)
+
+
+def test_check_fails_a_dataset_without_episodes_files_as_a_whole(tmp_path):
+    (tmp_path / "ds").mkdir()
+    root = "file://" + str(tmp_path / "ds")
+    checked = check_to_import(ImportConfig(targets=((root, "file://" + str(tmp_path / "out")),)), root)
+    assert checked.episodes_files == () and not checked.skipped
+    failure, = [f for r in checked.reports for f in r.failures]
+    assert (failure.dataset, failure.episodes_file) == (root, None)
+    assert failure.rule == "info_json" and "a LeRobot dataset's root holds meta/info.json" in failure.message
+
+
+def test_finisher_writes_the_manifest_and_errors_of_a_failed_dataset_and_counts_them(tmp_path):
+    root, out = "file://" + str(tmp_path / "ds"), tmp_path / "out"
+    out.mkdir()
+    config = ImportConfig(targets=((root, "file://" + str(out)),), run_id="run-1", started_at="2026-12-06T00:00:00")
+    failure = FailureRecord(root, None, None, "meta/info.json", "info_json", "meta/info.json does not exist")
+    tally: collections.Counter = collections.Counter()
+    finisher = finish.DatasetFinisher(config, {name: _Counter(tally, name) for name in finish.COUNTERS})
+    doc = finisher.finish(root, DatasetReport(failures=(failure,)))
+    assert json.loads((out / "manifest.json").read_text()) == doc
+    assert (doc["status"], doc["run_id"], doc["totals"]["errors"], doc["episodes_files"]) == (
+        "failed", "run-1", 1, {})
+    row, = [json.loads(line) for line in (out / "errors.jsonl").read_text().splitlines()]
+    assert (row["rule"], row["file"], row["message"]) == ("info_json", "meta/info.json",
+                                                          "meta/info.json does not exist")
+    assert dict(tally) == {"errors": 1, "warnings": 0, "datasets_failed": 1}
+
+
+def test_finisher_after_a_bug_records_it_as_internal(tmp_path):
+    root, out = "file://" + str(tmp_path / "ds"), tmp_path / "out"
+    out.mkdir()
+    config = ImportConfig(targets=((root, "file://" + str(out)),), run_id="run-1")
+    tally: collections.Counter = collections.Counter()
+    finisher = finish.DatasetFinisher(config, {name: _Counter(tally, name) for name in finish.COUNTERS})
+    try:
+        raise KeyError("no such thing")
+    except KeyError:
+        import sys
+        doc = finisher.finish_after_bug(root, DatasetReport(), sys.exc_info())
+    assert doc["status"] == "failed" and doc["info_json_sha256"] is None
+    row, = [json.loads(line) for line in (out / "errors.jsonl").read_text().splitlines()]
+    assert row["rule"] == "internal" and "no such thing" in row["message"]
+    assert tally["datasets_failed"] == 1 and tally["errors"] == 1

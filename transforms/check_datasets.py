@@ -4,20 +4,12 @@ what the run does with their MP4s' media_index/ rows, and the sources of each fi
 from __future__ import annotations
 
 import logging
-from typing import Iterator, NamedTuple, Optional, Sequence
+from typing import Iterator, NamedTuple
 
 import apache_beam as beam
 
-from transforms.base import hub, live_counts, storage
-from transforms.base.errors import LeRobotImportError
-from transforms.lerobot import fingerprint as dataset_fingerprint
-from transforms.lerobot.dataset import check_dataset, list_episodes_files
-from transforms.lerobot.info import META_EPISODES_DIR
-from transforms.work.messages import (DatasetReport, FileInputs, Mp4Version,
-                                 ReadRows, ShardTouch, error_record, internal_record)
-from transforms.output import damage as output_damage
-from transforms.output import incremental, safety
-from transforms.output.index_shards import MediaIndexPlan
+from transforms.work.messages import DatasetReport, internal_record
+from transforms.work.checker import check_to_import
 from transforms.safety_net import ImportDoFn, ImportStep, counter, guarded, in_phase
 
 _LOG = logging.getLogger(__name__)
@@ -63,114 +55,22 @@ class CheckDatasets(ImportStep):
 
 
 class _CheckDataset(ImportDoFn):
+    """Hands each dataset to `check_to_import` and its results on, tagged."""
+
     def setup(self) -> None:
         self._skipped = counter("datasets_skipped")
 
     @in_phase("check", lambda root: f"dataset {root}")
     def process(self, root: str) -> Iterator:
-        if storage.hub_repo(root) and not storage.hub_commit(root):
-            # A Hub root the run could not pin at a commit (missing, private, gated, no such revision):
-            # ask once more here so the dataset fails with the Hub's own answer, alone.
-            try:
-                hub.pin(root)
-            except LeRobotImportError as ex:
-                failure = error_record(ex, dataset=root, episodes_file=None)
-                yield beam.pvalue.TaggedOutput("reports", (root, DatasetReport(failures=(failure,))))
-                return
-        config, out = self._config, self._config.output_of(root)
-        options = config.output_options()
-        source = _fingerprint(root)
-        try:
-            safety.check_output(out)  # also when no launcher checked it first
-            previous = incremental.previous_manifest(root, out, options)
-            damage = incremental.find_output_damage(root, out, previous, force=config.force,
-                                                    checksums=config.verify_output)
-        except LeRobotImportError as ex:  # the output's state names paths outside it: touch nothing of it
-            failure = error_record(ex, dataset=root, episodes_file=None)
-            yield beam.pvalue.TaggedOutput("reports", (root, DatasetReport(failures=(failure,))))
-            return
-        if source is not None and not config.force and not damage and incremental.up_to_date(root, source, previous,
-                                                                                              options):
+        checked = check_to_import(self._config, root)
+        if checked.skipped:
             self._skipped.inc()
-            incremental.sweep_journal(root, out, config.run_id)
-            return
-        previous = output_damage.without_damage(previous, damage)
-        yield beam.pvalue.TaggedOutput("reports", (root, DatasetReport(sources=(source,), notes=tuple(damage.notes()))))
-        try:
-            files = episodes_files(root, skip_videos=config.skip_videos)
-        except LeRobotImportError as ex:
-            # A dataset whose episodes files can be listed still has each of them planned: planning
-            # meets the same cause in info.json and fails each file with every one of its episodes
-            # accounted for. Without any, the dataset fails as a whole ("0 episodes files").
-            files = _listed_anyway(root)
-            if not files:
-                failure = error_record(ex, dataset=root, episodes_file=None)
-                yield beam.pvalue.TaggedOutput("reports", (root, DatasetReport(failures=(failure,))))
-                return
-        decided = incremental.decide(root, previous, options, inline_index=config.inline_index, force=config.force,
-                                     damaged=damage.shards)
-        yield beam.pvalue.TaggedOutput("reports", (root, _report(decided)))
-        yield from _file_messages(root, files, decided)
-        if decided.media is not None:
-            yield from _media_messages(root, decided.media)
-
-
-def _report(decided: incremental.RunDecision) -> DatasetReport:
-    return DatasetReport(file_sources=decided.file_sources, kept=decided.kept, warnings=decided.warnings,
-                         index_kept=decided.index_kept, video_versions=decided.video_versions)
-
-
-def _file_messages(root: str, files: Sequence[str], decided: incremental.RunDecision) -> Iterator:
-    """Each episodes file to import, to planning (with its rows when they were read to tell what changed:
-    planning does not read it again), and its sources to the commit (which records the file's manifest
-    entry, sources included, at once)."""
-    known = {s.episodes_file: s for s in decided.file_sources}
-    for rel in files:
-        if rel in decided.leave:
-            continue
-        live_counts.add(episodes_files=1)
-        yield (root, rel, ReadRows(decided.read[rel])) if rel in decided.read else (root, rel)
-        if rel in known:
-            yield beam.pvalue.TaggedOutput("file_sources", ((root, rel), FileInputs(sources=(known[rel],))))
-
-
-def _media_messages(root: str, media: MediaIndexPlan) -> Iterator:
-    """To the MP4 step: each MP4 an imported file uses, with its token and whether its row is carried;
-    to the shard writer: each shard that may change, with the URIs whose old rows stay."""
-    for rel in sorted(media.used):
-        known = Mp4Version(media.tokens[rel], rel in media.carried, rel in media.shared)
-        yield beam.pvalue.TaggedOutput("mp4_versions", ((root, rel), known))
-    for shard, keep in media.touched.items():
-        yield beam.pvalue.TaggedOutput("shard_touches", ((root, shard), ShardTouch(keep)))
-
-
-def _fingerprint(root: str) -> Optional[dataset_fingerprint.Fingerprint]:
-    try:
-        return dataset_fingerprint.fingerprint(root)
-    except OSError as ex:
-        _LOG.warning("cannot list %s (%s); importing it anyway", root, ex)
-        return None
-
-
-def episodes_files(root: str, *, skip_videos: bool = False) -> tuple[str, ...]:
-    """The episodes files of a dataset (relative to its root, sorted), once the dataset-level checks pass:
-    the root exists, holds a meta/info.json that parses, of codebase version v3.x, listing episodes.
-
-    Raises:
-        LeRobotImportError: the first check that fails (or rule `io` when storage cannot be listed).
-    """
-    try:
-        return check_dataset(root, skip_videos=skip_videos).episodes_files
-    except OSError as ex:
-        raise LeRobotImportError("io", f"cannot list the dataset's files: {ex}", file=META_EPISODES_DIR) from None
-
-
-def _listed_anyway(root: str) -> tuple[str, ...]:
-    """The episodes files of a dataset that failed its checks, or () when there are none to list."""
-    try:
-        return list_episodes_files(root)
-    except (OSError, LeRobotImportError):
-        return ()
+        for report in checked.reports:
+            yield beam.pvalue.TaggedOutput("reports", (root, report))
+        yield from checked.episodes_files
+        for tag in ("file_sources", "mp4_versions", "shard_touches"):
+            for value in getattr(checked, tag):
+                yield beam.pvalue.TaggedOutput(tag, value)
 
 
 def _check_bug(bad) -> tuple[str, DatasetReport]:
