@@ -22,9 +22,9 @@ import sys
 from typing import Any, Optional, Sequence
 
 from pipelines.targets import resolve_targets
-from transforms.output import lease as lease_lib
+from transforms.output.lease import read_lease
 from transforms.base import storage
-from transforms.output import damage as output_damage
+from transforms.output.damage import OutputDamage, find_damage, without_damage
 from transforms.output import safety
 from transforms.output.incremental import decide_run
 from transforms.base.errors import LeRobotImportError
@@ -172,13 +172,13 @@ def plan_dataset(root: str, out: str, options: dict[str, Any], *, force: bool = 
     previous = read_manifest(out)
     try:  # what the run would find damaged, and import again
         same = previous is not None and previous.get("options") == options  # else nothing is carried anyway
-        damage = (output_damage.find_damage(out, previous, checksums=verify_output) if same and not force
-                  else output_damage.OutputDamage())
+        damage = (find_damage(out, previous, checksums=verify_output) if same and not force
+                  else OutputDamage())
     except LeRobotImportError as ex:
         return _unplannable(root, out, options, str(ex))
     except OSError as ex:
         return _unplannable(root, out, options, f"the output cannot be listed ({ex})")
-    previous = output_damage.without_damage(previous, damage)
+    previous = without_damage(previous, damage)
     # The options are part of every source digest: a manifest made with other options matches nothing.
     scanned = sources.scan_dataset(root, options, previous_manifest=previous)
     unreadable = scanned.unreadable()
@@ -279,7 +279,7 @@ def _output_ratio(previous: Optional[dict]) -> tuple[float, str]:
 
 def _lease_holder(out: str) -> Optional[str]:
     try:
-        held = lease_lib.read_lease(out)
+        held = read_lease(out)
     except (OSError, LeRobotImportError) as ex:
         return f"cannot read the lease: {ex}"
     return held.describe() if held is not None else None

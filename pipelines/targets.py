@@ -22,7 +22,7 @@ from pipelines.console import UsageError
 from transforms.base import hub, storage
 from transforms.output import paths
 from transforms.base.errors import LeRobotImportError
-from transforms.lerobot import dataset as lerobot_dataset
+from transforms.lerobot.dataset import check_is_dataset
 from transforms.lerobot.info import INFO_PATH
 
 _LOG = logging.getLogger(__name__)
@@ -68,7 +68,7 @@ def root_problem(root: str) -> Optional[str]:
     if hub.is_hub(root):
         return None
     try:
-        lerobot_dataset.check_is_dataset(root)
+        check_is_dataset(root)
     except LeRobotImportError as ex:  # any other cause (a link leaving the root...) is the import's to record
         return str(ex) if ex.rule in ("dataset_root", "info_json") else None
     except OSError:

@@ -10,8 +10,8 @@ import json
 
 import pyarrow as pa
 
-from transforms.language import columns as language_columns
-from transforms.lerobot import depth as depth_lib
+from transforms.language import columns
+from transforms.lerobot import depth
 from transforms.episode import spql_types
 from transforms.lerobot.info import DatasetInfo, Feature
 from transforms.base.errors import LeRobotImportError
@@ -55,9 +55,9 @@ def frame_field(feature: Feature) -> pa.Field:
         return pa.field(feature.name, spql_types.encoded_image())
     if kind == "language":
         if feature.name == "language_persistent":
-            return pa.field(feature.name, language_columns.persistent_type())
+            return pa.field(feature.name, columns.persistent_type())
         if feature.name == "language_events":
-            return pa.field(feature.name, language_columns.events_type())
+            return pa.field(feature.name, columns.events_type())
         raise LeRobotImportError("unknown_dtype", f"feature `{feature.name}` has dtype `language`, which only "
                                  "`language_persistent` and `language_events` may have", file="meta/info.json")
     raise LeRobotImportError("unknown_dtype", f"feature `{feature.name}` has unknown dtype `{feature.dtype}`",
@@ -77,9 +77,9 @@ def videos_type(info: DatasetInfo) -> pa.StructType:
     return pa.struct([pa.field(f.name, video_entry_type(), nullable=False) for f in info.video_features])
 
 
-def depth_specs(info: DatasetInfo) -> dict[str, depth_lib.DepthSpec]:
+def depth_specs(info: DatasetInfo) -> dict[str, depth.DepthSpec]:
     """The dataset's depth cameras (video or image features whose info says `is_depth_map`), by name."""
-    found = {f.name: depth_lib.depth_spec(f.dtype, f.info) for f in info.features}
+    found = {f.name: depth.depth_spec(f.dtype, f.info) for f in info.features}
     return {name: spec for name, spec in found.items() if spec is not None}
 
 
@@ -96,4 +96,4 @@ def episode_schema(info: DatasetInfo) -> pa.Schema:
     ]
     if info.video_features:
         fields.append(pa.field("videos", videos_type(info), nullable=False))
-    return pa.schema(fields, metadata=depth_lib.specs_to_metadata(depth_specs(info)) or None)
+    return pa.schema(fields, metadata=depth.specs_to_metadata(depth_specs(info)) or None)

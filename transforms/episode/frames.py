@@ -14,7 +14,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from transforms.episode import episode_type
-from transforms.language import columns as language_columns
+from transforms.language import columns
 from transforms.episode import spql_types
 from transforms.lerobot.data_files import IndexLayout, SliceBatch, index_layout  # noqa: F401  (re-exported)
 from transforms.lerobot.episodes_files import EpisodeRow
@@ -142,7 +142,7 @@ def _validate_language(frames: pa.StructArray, info: DatasetInfo, *, episode_ind
     frame_index = field("frame_index")
     timestamps = field("timestamp")
     try:
-        language_columns.validate_language(
+        columns.validate_language(
             field("language_persistent"), field("language_events"), episode_index=episode_index,
             frame_index=frame_index if frame_index is not None else np.arange(n),
             timestamps=timestamps if timestamps is not None else np.zeros(n),
@@ -171,7 +171,7 @@ def convert_column(column: pa.Array, feature: Feature) -> pa.Array:
     if kind == "image":
         return _image(column, feature)
     if kind == "language":
-        return language_columns.normalize_language_column(
+        return columns.normalize_language_column(
             column, "persistent" if feature.name == "language_persistent" else "events", feature=feature.name)
     raise LeRobotImportError("unknown_dtype", f"feature `{feature.name}` has unknown dtype `{feature.dtype}`")
 

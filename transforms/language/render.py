@@ -27,7 +27,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from transforms.language import columns as lc
+from transforms.language import columns
 from transforms.language.errors import RenderError
 from transforms.language.recipe import TrainingRecipe
 from transforms.language.resolvers import PersistentTables, Row
@@ -254,11 +254,11 @@ def _column_runs(column: Any, n: int, trusted: bool = False) -> tuple[list[int],
     if isinstance(column, (pa.Array, pa.ChunkedArray)):
         column = column.combine_chunks() if isinstance(column, pa.ChunkedArray) else column
         lengths = pc.fill_null(pc.list_value_length(column), 0).to_numpy(zero_copy_only=False)
-        if n and (trusted or lc.persistent_mismatch(column) is None):
-            tables = PersistentTables(lc.frame_rows_to_python(column, 0))
+        if n and (trusted or columns.persistent_mismatch(column) is None):
+            tables = PersistentTables(columns.frame_rows_to_python(column, 0))
             tables.raw_len = int(lengths[0])
             return [0] * n, [tables]
-        frames = lc.rows_to_python(column)
+        frames = columns.rows_to_python(column)
     else:
         frames = list(column)
         lengths = [len(f or ()) for f in frames]
@@ -285,7 +285,7 @@ def _event_rows(column: Any) -> tuple[dict[int, list[Row]], set[int]]:
         positions = np.flatnonzero(lengths > 0)
         if not len(positions):
             return {}, set()
-        frames = lc.rows_to_python(column.take(pa.array(positions)))
+        frames = columns.rows_to_python(column.take(pa.array(positions)))
         return ({int(p): _clean_rows(f) for p, f in zip(positions, frames)}, {int(p) for p in positions})
     out = {}
     for i, frame in enumerate(column):

@@ -22,7 +22,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Optional, Sequence
 
-from transforms.language import columns as lc
+from transforms.language import columns
 from transforms.language.errors import RecipeError
 
 Row = dict[str, Any]
@@ -63,7 +63,7 @@ def validate_persistent_resolver(name: str, style: Optional[str]) -> None:
     """
     if style is None:
         raise ValueError(f"{name} requires a persistent style.")
-    if lc.column_for_style(style) != lc.LANGUAGE_PERSISTENT:
+    if columns.column_for_style(style) != columns.LANGUAGE_PERSISTENT:
         raise ValueError(f"{name} cannot be used with event-only style {style!r}.")
 
 
@@ -150,7 +150,7 @@ def emitted_at(t: float, *, persistent: Sequence[Row], events: Sequence[Row], st
     Returns:
         The one matching row or None; more than one raises `ValueError`.
     """
-    if lc.column_for_style(style) == lc.LANGUAGE_PERSISTENT:
+    if columns.column_for_style(style) == columns.LANGUAGE_PERSISTENT:
         matches = [r for r in persistent if _matches(r, style, role, tool_name, camera)
                    and abs(_ts(r) - t) <= EMITTED_AT_TOLERANCE_S]
     else:
@@ -212,7 +212,7 @@ class ResolverSpec:
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "on_events",
-                           self.fn == "emitted_at" and lc.column_for_style(self.style) == lc.LANGUAGE_EVENTS)
+                           self.fn == "emitted_at" and columns.column_for_style(self.style) == columns.LANGUAGE_EVENTS)
 
     def kwargs(self) -> dict[str, Any]:
         """The resolver's keyword arguments (`offset` only for nth_prev / nth_next)."""

@@ -19,7 +19,7 @@ from typing import Any, Callable, Iterable, Mapping, Optional, Sequence
 from transforms.base import storage
 from transforms.base.errors import LeRobotImportError
 from transforms.episode.quirks import WarningRecord
-from transforms.lerobot import fingerprint as dataset_fingerprint
+from transforms.lerobot import fingerprint
 from transforms.lerobot import layouts, sources
 from transforms.lerobot.episodes_files import EpisodeRow
 from transforms.output import damage, journal, paths, safety
@@ -112,10 +112,10 @@ def find_output_damage(root: str, out: str, previous: Optional[dict], *, force: 
         return damage.OutputDamage()
 
 
-def up_to_date(root: str, source: dataset_fingerprint.Fingerprint, previous: Optional[dict],
+def up_to_date(root: str, source: fingerprint.Fingerprint, previous: Optional[dict],
                options: Mapping[str, Any]) -> bool:
     """The dataset is unchanged since the import `previous` records, made with these options."""
-    if previous is None or not dataset_fingerprint.up_to_date(previous, source, options):
+    if previous is None or not fingerprint.up_to_date(previous, source, options):
         return False
     if previous.get("media_index") and previous.get("media_index_layout") != paths.MEDIA_INDEX_LAYOUT:
         return False  # an output of an older media_index/ layout is imported again once

@@ -20,7 +20,7 @@ import pyarrow.parquet as pq
 from transforms.base import storage
 from transforms.episode import clips, episode_type
 from transforms.output import safety, paths
-from transforms.episode import frames as frames_lib
+from transforms.episode.frames import frames_list
 from transforms.episode.outcomes import FileOutcome, PartFile, PartResult, failed_file
 from transforms.episode.quirks import WarningRecord
 from transforms.lerobot.info import DatasetInfo
@@ -56,7 +56,7 @@ def part_table(info: DatasetInfo, rows: Sequence[EpisodeRow], frames: Sequence[p
         pa.array([r.episode_index for r in rows], pa.int64()),
         pa.array([list(r.tasks) for r in rows], schema.field("tasks").type),
         pa.array([r.length for r in rows], pa.int64()),
-        frames_lib.frames_list(frames, episode_type.frame_type(info)),
+        frames_list(frames, episode_type.frame_type(info)),
     ]
     if info.video_features:
         columns.append(clips.videos_column(info, rows, video_files, inline_index=inline_index))

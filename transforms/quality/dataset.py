@@ -16,13 +16,13 @@ from typing import Iterable, Mapping, Optional, Sequence
 import numpy as np
 
 from transforms.base import storage
-from transforms.episode import frames as frames_lib
+from transforms.episode.frames import typed_frames
 from transforms.base.errors import LeRobotImportError
 from transforms.lerobot import data_files
 from transforms.lerobot.dataset import check_dataset
 from transforms.lerobot.layouts import read_unit_rows
 from transforms.lerobot.info import INDEXED_CODECS, INFO_PATH, DatasetInfo
-from transforms.mp4 import arrow as mp4_arrow
+from transforms.mp4 import arrow
 from transforms.quality.dataset_checks import dataset_totals, depth_features, info_document
 from transforms.quality.findings import ERROR, Finding, with_severity
 from transforms.quality.part import check_part, load_tasks
@@ -139,7 +139,7 @@ def _mp4_times(root: str, rel: str, codec: Optional[str],
     except LeRobotImportError as ex:
         hint = _misplaced(root, rel, cameras) if ex.rule == "file_missing" else ""
         return None, f"[{ex.rule}] {ex.message}{hint}"
-    except mp4_arrow.InvalidMediaIndex as ex:
+    except arrow.InvalidMediaIndex as ex:
         return None, f"the MediaIndex of {rel} is not usable: {ex}"
 
 
@@ -166,7 +166,7 @@ def _check_file(root: str, planned, info: DatasetInfo, declared: DatasetInfo, ta
         try:
             columns[data_file] = reader.columns
             for batch in reader.read([(r.position, r) for r in episodes]):
-                for position, row, result in frames_lib.typed_frames(batch, info):
+                for position, row, result in typed_frames(batch, info):
                     if isinstance(result, LeRobotImportError):
                         problems.append(Problem(rel, row.episode_index, result.file or data_file, result.rule,
                                                 result.message))
@@ -214,7 +214,7 @@ def check_what_remains(root: str, rel: str, info: DatasetInfo, rows: Sequence, c
         reader = data_files.DataFileReader(root, data_file, reduced, counter)
         try:
             for batch in reader.read([(r.position, r) for r in episodes]):
-                for position, _, result in frames_lib.typed_frames(batch, reduced):
+                for position, _, result in typed_frames(batch, reduced):
                     if not isinstance(result, LeRobotImportError):
                         frames[position] = result
         finally:

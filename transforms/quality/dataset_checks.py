@@ -99,7 +99,7 @@ def depth_features(dataset: str, info_doc: dict) -> list[Finding]:
         dataset: the dataset root URI.
         info_doc: info.json, parsed.
     """
-    from transforms.lerobot import depth as depth_lib
+    from transforms.lerobot import depth
 
     features = info_doc.get("features")
     out = []
@@ -107,22 +107,22 @@ def depth_features(dataset: str, info_doc: dict) -> list[Finding]:
         if not isinstance(spec, dict) or spec.get("dtype") not in ("video", "image"):
             continue
         info = spec.get("info")
-        if not depth_lib.is_depth(info):
+        if not depth.is_depth(info):
             continue
         problems = []
-        missing = depth_lib.missing_quantization(info) if spec["dtype"] == "video" else []
+        missing = depth.missing_quantization(info) if spec["dtype"] == "video" else []
         if missing:
-            defaults = ", ".join(f"{k} {depth_lib.QUANTIZATION_DEFAULTS[k]}" for k in missing)
+            defaults = ", ".join(f"{k} {depth.QUANTIZATION_DEFAULTS[k]}" for k in missing)
             problems.append(f"lacks {', '.join(f'`{k}`' for k in missing)}: LeRobot de-quantizes its 12-bit codes "
                             f"with its defaults ({defaults}), which give the right depth only if the writer "
                             "quantized with them")
         unit = (info or {}).get("depth_unit")
-        if unit not in depth_lib.DEPTH_UNITS:
+        if unit not in depth.DEPTH_UNITS:
             problems.append(("has no `depth_unit`" if unit is None else f"has `depth_unit` {str(unit)[:20]!r}, not "
                              "'mm' or 'm'") + ": LeRobot takes the depth to be in millimetres")
         if problems:
             out.append(Finding(dataset, None, None, "depth_features", name, len(missing) + (unit not in
-                               depth_lib.DEPTH_UNITS), None, f"depth camera `{name}` " + "; it ".join(problems),
+                               depth.DEPTH_UNITS), None, f"depth camera `{name}` " + "; it ".join(problems),
                                file="meta/info.json"))
     return out
 

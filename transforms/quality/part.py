@@ -11,7 +11,7 @@ import pyarrow as pa
 
 from transforms.lerobot.episodes_files import EpisodeRow
 from transforms.lerobot.info import DatasetInfo
-from transforms.lerobot.tasks import read_tasks as read_dataset_tasks, tasks_file
+from transforms.lerobot.tasks import read_tasks, tasks_file
 from transforms.base.errors import LeRobotImportError, shorten
 from transforms.quality import dataset_checks
 from transforms.quality.checks import check_episode, suspects
@@ -85,7 +85,7 @@ def load_tasks(root: str) -> tuple[Optional[TaskNames], list[Finding]]:
     (its line, for tasks.jsonl): the check does not run, and says so."""
     file = tasks_file(root)
     try:
-        by_index = read_dataset_tasks(root)
+        by_index = read_tasks(root)
     except LeRobotImportError as ex:
         if ex.rule == "file_missing":
             return None, []

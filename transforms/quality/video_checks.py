@@ -16,7 +16,7 @@ from typing import Mapping, Optional, Sequence
 import numpy as np
 import pyarrow as pa
 
-from transforms.mp4 import arrow as mp4_arrow
+from transforms.mp4 import arrow
 from transforms.quality.episode_checks import TOLERANCE_S, EpisodeContext
 from transforms.quality.findings import REFUSED, Finding
 
@@ -80,7 +80,7 @@ def presentation_times(index: pa.Array) -> tuple[np.ndarray, Optional[float]]:
     common sample duration) of the primary video track of a length-1 spql.MediaIndex.
 
     Raises:
-        mp4_arrow.InvalidMediaIndex: the index is null or inconsistent.
+        arrow.InvalidMediaIndex: the index is null or inconsistent.
     """
     times, fps, _ = presentation_timeline(index)
     return times, fps
@@ -90,10 +90,10 @@ def presentation_timeline(index: pa.Array) -> tuple[np.ndarray, Optional[float],
     """`presentation_times` and the track's timescale (the times are its ticks divided by it).
 
     Raises:
-        mp4_arrow.InvalidMediaIndex: the index is null or inconsistent.
+        arrow.InvalidMediaIndex: the index is null or inconsistent.
     """
-    track = mp4_arrow.read_track(index)
-    deltas, _, pts = mp4_arrow.decode_times(track)
+    track = arrow.read_track(index)
+    deltas, _, pts = arrow.decode_times(track)
     timescale = int(track.timescale)
     if len(pts) > 1 and not (pts[1:] >= pts[:-1]).all():  # B-frames: presented in another order than decoded
         pts = np.sort(pts)

@@ -20,7 +20,7 @@ from transforms.episode.clips import Mp4File
 from transforms.episode.quirks import ClipSpan
 from transforms.lerobot import hints
 from transforms.lerobot.info import INDEXED_CODECS
-from transforms.mp4 import arrow as mp4_arrow
+from transforms.mp4 import arrow
 from transforms.output.index_shards import MediaIndexRow, ShardRows
 from transforms.work.messages import (ClipUse, DatasetReport, ImportConfig, Mp4Version, PartInputs, PartMp4,
                                       VideoFailure, error_record, load_info)
@@ -256,7 +256,7 @@ def part_samples(rel: str, index: Optional[pa.Array], uses: Iterable[ClipUse]) -
     if index is not None:
         try:
             times = quality.presentation_timeline(index)
-        except mp4_arrow.InvalidMediaIndex as ex:
+        except arrow.InvalidMediaIndex as ex:
             _LOG.warning("the MediaIndex of %s is not usable for the quality checks (%s)", rel, ex)
     if times is None:
         return {part: None for part in by_part}
