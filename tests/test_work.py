@@ -3,15 +3,19 @@
 from __future__ import annotations
 
 import collections
+import hashlib
 import json
 from pathlib import Path
 
+import pyarrow as pa
 import pyarrow.parquet as pq
+import pytest
 
 from tests.dataset_factory import DatasetSpec, write_dataset
 from transforms.base.errors import FailureRecord
 from transforms.episode.quirks import ClipSpan
-from transforms.output import paths
+from transforms.episode.outcomes import PartResult
+from transforms.output import paths, sinks
 from transforms.work import finish, mp4_facts
 from transforms.work.checker import CheckedDataset, check_to_import
 from transforms.work.messages import ClipUse, DatasetReport, ImportConfig, Mp4Version, PartInputs, VideoFailure
@@ -215,3 +219,61 @@ def test_finisher_after_a_bug_records_it_as_internal(tmp_path):
     row, = [json.loads(line) for line in (out / "errors.jsonl").read_text().splitlines()]
     assert row["rule"] == "internal" and "no such thing" in row["message"]
     assert tally["datasets_failed"] == 1 and tally["errors"] == 1
+
+
+def test_parquet_sink_stages_commits_and_removes_an_episodes_files_parts(tmp_path):
+    out = "file://" + str(tmp_path / "out")
+    sink = sinks.sink("parquet")
+    assert sink is sinks.sink() and isinstance(sink, sinks.ParquetParts)
+    table = pa.table({"episode_index": pa.array([0, 1], pa.int64()), "length": pa.array([5, 7], pa.int64())})
+    encoded = sink.encode(table)
+    assert pq.read_table(pa.BufferReader(encoded.data)).equals(table)
+    assert (encoded.size, encoded.sha256) == (len(encoded.data), hashlib.sha256(encoded.data).hexdigest())
+    tmp = sink.stage(out, FILE0, 0, 1, encoded)
+    final = tmp_path / "out" / paths.output_part_path(FILE0, 0, 1)
+    assert not final.exists() and Path(tmp.removeprefix("file://")).read_bytes() == encoded.data
+    result = PartResult("d", FILE0, 0, 1, (0, 1), tmp_uri=tmp, frames=12, bytes=encoded.size, sha256=encoded.sha256)
+    outcome = sink.commit(out, "d", FILE0, [result])
+    assert (outcome.status, outcome.parts, outcome.frames) == ("imported", (paths.output_part_path(FILE0, 0, 1),), 12)
+    assert final.read_bytes() == encoded.data and not Path(tmp.removeprefix("file://")).exists()
+    sink.remove(out, FILE0, json.dumps({"parts": list(outcome.parts)}))
+    assert not final.exists()
+
+
+def test_a_sink_is_one_class_and_one_registry_line(tmp_path, monkeypatch):
+    """A sink registered in SINKS gets every part the writer writes (here one that keeps the tables)."""
+    with pytest.raises(KeyError, match="no sink named 'memory'; the sinks are parquet"):
+        sinks.sink("memory")
+    monkeypatch.setitem(sinks.SINKS, "memory", "tests.test_work:MemorySink")
+    root = "file://" + str(write_dataset(tmp_path / "ds", DatasetSpec(lengths=(5, 7))))
+    config = ImportConfig(targets=((root, "memory://out"),), sink="memory")
+    planned = EpisodesFilePlanner(config).plan(root, FILE0)
+    tally, counters = _counters()
+    writer = PartWriter(config, counters)
+    try:
+        assert list(writer.write_unit((root, FILE0, 0), planned.to_parts)) == []
+        (_, written) = writer.flush()
+    finally:
+        writer.close()
+    result, = written.results
+    assert result.tmp_uri == f"memory://out/staged/{FILE0}/0" and result.sha256 == "2 rows"
+    table = sinks.sink("memory").staged[result.tmp_uri]
+    assert table.column("episode_index").to_pylist() == [0, 1] and table.column("length").to_pylist() == [5, 7]
+
+
+class MemorySink(sinks.EpisodesSink):
+    """A sink that keeps each part's table in memory, as a table store would take it."""
+
+    name = "memory"
+
+    def __init__(self) -> None:
+        self.staged: dict[str, pa.Table] = {}
+
+    def encode(self, table: pa.Table) -> sinks.Encoded:
+        self._table = table
+        return sinks.Encoded(b"", f"{table.num_rows} rows")
+
+    def stage(self, out: str, episodes_file: str, part: int, num_parts: int, encoded: sinks.Encoded) -> str:
+        uri = f"{out}/staged/{episodes_file}/{part}"
+        self.staged[uri] = self._table
+        return uri

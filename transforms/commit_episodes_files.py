@@ -12,7 +12,7 @@ import apache_beam as beam
 
 from transforms.base import stopping, storage
 from transforms.episode.outcomes import failed_file
-from transforms.output import writes
+from transforms.output import sinks
 from transforms.work.commit import commit_file
 from transforms.work.messages import DatasetReport, FileInputs, ImportConfig, internal_record
 from transforms.safety_net import ImportDoFn, ImportStep, guarded, in_phase
@@ -65,7 +65,7 @@ def _commit_bug(bad, config: ImportConfig) -> tuple[str, DatasetReport]:
     results = FileInputs.merge(messages).results
     try:
         with stopping.output_work():
-            writes.discard_episodes_file(config.output_of(root), rel, results)
+            sinks.sink(config.sink).discard(config.output_of(root), rel, results)
     except Exception as ex:  # the net must not tear: the failure below says what happened
         _LOG.error("cleaning up %s of %s failed too: %s", rel, root, ex)
     episodes = tuple(ep for r in results for ep in r.episode_indices)

@@ -13,7 +13,7 @@ from transforms import quality
 from transforms.base import live_counts, storage
 from transforms.base.errors import FailureRecord
 from transforms.episode.outcomes import PartResult
-from transforms.output import journal, paths, safety, writes
+from transforms.output import journal, paths, safety, sinks, writes
 from transforms.work.messages import CommittedFile, FileQuality, ImportConfig
 
 _LOG = logging.getLogger(__name__)
@@ -37,7 +37,7 @@ def commit_file(config: ImportConfig, root: str, rel: str, results: Sequence[Par
     out = config.output_of(root)
     strict = [FailureRecord(root, rel, f.episode_index, f.file, "quality", quality.message(f))
               for f in findings if f.severity == quality.ERROR]
-    outcome = writes.commit_episodes_file(out, root, rel, results, tuple(duplicates) + tuple(strict))
+    outcome = sinks.sink(config.sink).commit(out, root, rel, results, tuple(duplicates) + tuple(strict))
     table = paths.quality_table_path(rel)
     storage.write_atomic(safety.confined(out, table, folder=paths.QUALITY_DIR, what="quality table"),
                          quality.table_bytes(findings))

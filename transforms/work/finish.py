@@ -14,7 +14,7 @@ from transforms import quality
 from transforms.base import live_counts, run_limits, stopping, storage
 from transforms.base.errors import FailureRecord, LeRobotImportError, redact, rule_of_repr
 from transforms.lerobot.info import INFO_PATH
-from transforms.output import journal, paths, safety, writes
+from transforms.output import journal, paths, safety, sinks, writes
 from transforms.output.incremental import KeptFile
 from transforms.output.index_shards import final_media_index, stale_media_index_files
 from transforms.work.messages import DatasetReport, ImportConfig, VideoFailure, internal_record
@@ -159,7 +159,7 @@ def finish_dataset(config: ImportConfig, root: str, report: DatasetReport) -> tu
     doc["media_index_files"] = [s.to_json() for s in shards]
     doc["video_versions"] = video_versions
     failures = [f for o in outcomes for f in o.failures] + dataset_failures
-    carry_kept_files(doc, report.kept, out)
+    carry_kept_files(doc, report.kept, out, sinks.sink(config.sink))
     failures += record_quality(config, root, doc, report)
     totals = doc["totals"]
     if totals["episodes"] != totals["episodes_written"] + totals["episodes_failed"]:
@@ -226,7 +226,7 @@ def record_quality(config: ImportConfig, root: str, doc: dict, report: DatasetRe
     return errors
 
 
-def carry_kept_files(doc: dict, kept: Iterable[KeptFile], out: str) -> None:
+def carry_kept_files(doc: dict, kept: Iterable[KeptFile], out: str, sink: sinks.EpisodesSink) -> None:
     """Add the episodes files this run left alone to a manifest being written.
 
     An unchanged file keeps its previous entry (parts, counts and the run that wrote them), marked
@@ -238,12 +238,12 @@ def carry_kept_files(doc: dict, kept: Iterable[KeptFile], out: str) -> None:
         doc: the manifest of this run's outcomes; its `episodes_files` and `totals` are updated.
         kept: the files left alone, as the check step decided.
         out: the dataset's output root.
+        sink: where the episodes went (it removes a removed file's parts).
     """
     entries, totals = dict(doc["episodes_files"]), doc["totals"]
     for k in sorted(kept, key=lambda k: k.episodes_file):
         if k.removed:
-            for uri in removed_file_outputs(out, k) + writes.leftover_tmps(out, k.episodes_file):
-                storage.remove(uri)
+            sink.remove(out, k.episodes_file, k.entry_json)
             entries[k.episodes_file] = {"status": "removed", "parts": []}
             totals["episodes_files_removed"] += 1
             continue
@@ -254,14 +254,6 @@ def carry_kept_files(doc: dict, kept: Iterable[KeptFile], out: str) -> None:
         for key in ("episodes", "episodes_written", "frames", "bytes"):
             totals[key] += int(entry.get(key) or 0)
     doc["episodes_files"] = {rel: entries[rel] for rel in sorted(entries)}
-
-
-def removed_file_outputs(out: str, kept: KeptFile) -> list[str]:
-    """The parts of a removed episodes file: those its last manifest entry lists (each confined to
-    `episodes/`; the manifest was checked when read), not whatever its name would match."""
-    entry = json.loads(kept.entry_json)
-    listed = [p for p in entry.get("parts") or [] if isinstance(p, str)]
-    return [safety.confined(out, p, folder=paths.EPISODES_DIR, what="episode part") for p in listed]
 
 
 def unknown_files_notes(unknown: Sequence[str]) -> list[str]:

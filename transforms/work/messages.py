@@ -18,6 +18,7 @@ from typing import Iterable, Optional
 
 from transforms.episode.clips import Mp4File
 from transforms.output.incremental import KeptFile
+from transforms.output.sinks import DEFAULT_SINK
 from transforms.output.index_shards import ShardOutcome, ShardRecord
 from transforms.episode.outcomes import FileOutcome, PartResult
 from transforms.episode.quirks import ClipSpan, WarningRecord
@@ -49,6 +50,7 @@ class ImportConfig:
     started_at: str = ""
     strict: frozenset[str] = frozenset()  # the quality checks whose findings fail their episodes files
     limits: RunLimits = RunLimits()  # each phase's deadline, the Hub listings' bounds
+    sink: str = DEFAULT_SINK  # where the episodes go (`transforms.output.sinks.SINKS`)
 
     def output_options(self) -> dict:
         """The options that change what an import writes (a previous import with others is not reused).

@@ -24,7 +24,7 @@ from transforms.episode import frames
 from transforms.episode.outcomes import PartResult
 from transforms.lerobot import data_files, layouts
 from transforms.lerobot.info import DatasetInfo
-from transforms.output import journal, lease, paths, writes
+from transforms.output import journal, lease, sinks, writes
 from transforms.work.commit import commit_file
 from transforms.work.messages import (FileInputs, ImportConfig, PartHeader, PartInputs, error_record,
                                       internal_record, load_info)
@@ -62,6 +62,7 @@ class PartWriter:
         self._reads = storage.ReadCounter()
         self._tasks: dict[str, Optional[list[str]]] = {}  # per dataset: meta/tasks.parquet, read once
         self._columns: dict[str, tuple[str, ...]] = {}  # the columns of the data files the last part read
+        self._sink = sinks.sink(config.sink)
         self._encoder = futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="part-encoder")
         self._pending: Optional[tuple[_Encoding, object]] = None  # a part being encoded, and its `facts`
 
@@ -124,7 +125,7 @@ class PartWriter:
         try:
             with self._piece(pending.key):
                 try:
-                    written = self._write(pending.header, *pending.data.result(), pending.frames, pending.dropped)
+                    written = self._write(pending.header, pending.data.result(), pending.frames, pending.dropped)
                 except LeRobotImportError as ex:  # a full disk, a read-only output: the part fails by that rule
                     written = _failed_part(pending.header, [error_record(ex, dataset=root, episodes_file=rel)])
                 else:
@@ -206,7 +207,7 @@ class PartWriter:
                                   + list(dropped))
             return (root, rel), dataclasses.replace(failed, findings=tuple(self._check_remains(root, rel, info,
                                                                                                 header, typed)))
-        data = self._encoder.submit(_encoded, table)  # encoded (and hashed) while the frames are checked
+        data = self._encoder.submit(self._sink.encode, table)  # encoded (and hashed) while the frames are checked
         del table
         findings = self._check(root, rel, info, header, typed, inputs.mp4s)
         n_frames = sum(len(f) for f in typed.values())
@@ -266,17 +267,17 @@ class PartWriter:
         self._counters["data_read_requests"].inc(self._reads.requests - before[1])
         return typed, errors
 
-    def _write(self, header: PartHeader, data: bytes, sha256: str, n_frames: int,
+    def _write(self, header: PartHeader, encoded: sinks.Encoded, n_frames: int,
                dropped: tuple[FailureRecord, ...] = ()) -> FileInputs:
-        final = storage.join(self._config.output_of(header.dataset),
-                             paths.output_part_path(header.episodes_file, header.plan.part, header.num_parts))
         with stopping.output_work():
-            tmp = storage.write_tmp(final, lambda f: f.write(data))
+            tmp = self._sink.stage(self._config.output_of(header.dataset), header.episodes_file, header.plan.part,
+                                   header.num_parts, encoded)
         self._counters["episodes"].inc(len(header.rows))
         self._counters["frames"].inc(n_frames)
         self._counters["parts_written"].inc()
-        self._counters["output_bytes"].inc(len(data))
-        return _part_result(header, tmp_uri=tmp, frames=n_frames, bytes=len(data), sha256=sha256, dropped=dropped)
+        self._counters["output_bytes"].inc(encoded.size)
+        return _part_result(header, tmp_uri=tmp, frames=n_frames, bytes=encoded.size, sha256=encoded.sha256,
+                            dropped=dropped)
 
 
 def read_unit_key(part_key: tuple[str, str, int], inputs: PartInputs) -> tuple[str, str, int]:
@@ -304,15 +305,10 @@ def unit_order(unit: tuple[str, str, int], part: tuple[tuple[str, str, int], Par
     return (min(starts) if starts else -1, key)
 
 
-def _encoded(table) -> tuple[bytes, str]:
-    """A part's Parquet bytes and their sha256, made on the encoder thread (both without the GIL)."""
-    data = writes.parquet_bytes(table)
-    return data, writes.sha256_hex(data)
-
-
 @dataclasses.dataclass(frozen=True)
 class _Encoding:
-    """A part read, typed and checked, whose Parquet bytes and their sha256 (`data`) the encoder thread is making."""
+    """A part read, typed and checked, whose bytes and their sha256 (`data`: the sink's `Encoded`) the encoder
+    thread is making (Parquet encodes and hashes without the GIL)."""
     key: tuple[str, str, int]
     inputs: PartInputs
     header: PartHeader
