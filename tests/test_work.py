@@ -228,11 +228,12 @@ def test_parquet_sink_stages_commits_and_removes_an_episodes_files_parts(tmp_pat
     table = pa.table({"episode_index": pa.array([0, 1], pa.int64()), "length": pa.array([5, 7], pa.int64())})
     encoded = sink.encode(table)
     assert pq.read_table(pa.BufferReader(encoded.data)).equals(table)
-    assert (encoded.size, encoded.sha256) == (len(encoded.data), hashlib.sha256(encoded.data).hexdigest())
+    assert encoded.sha256 == hashlib.sha256(encoded.data).hexdigest()
     tmp = sink.stage(out, FILE0, 0, 1, encoded)
     final = tmp_path / "out" / paths.output_part_path(FILE0, 0, 1)
     assert not final.exists() and Path(tmp.removeprefix("file://")).read_bytes() == encoded.data
-    result = PartResult("d", FILE0, 0, 1, (0, 1), tmp_uri=tmp, frames=12, bytes=encoded.size, sha256=encoded.sha256)
+    result = PartResult("d", FILE0, 0, 1, (0, 1), tmp_uri=tmp, frames=12, bytes=len(encoded.data),
+                        sha256=encoded.sha256)
     outcome = sink.commit(out, "d", FILE0, [result])
     assert (outcome.status, outcome.parts, outcome.frames) == ("imported", (paths.output_part_path(FILE0, 0, 1),), 12)
     assert final.read_bytes() == encoded.data and not Path(tmp.removeprefix("file://")).exists()
@@ -241,7 +242,10 @@ def test_parquet_sink_stages_commits_and_removes_an_episodes_files_parts(tmp_pat
 
 
 def test_a_sink_is_one_class_and_one_registry_line(tmp_path, monkeypatch):
-    """A sink registered in SINKS gets every part the writer writes (here one that keeps the tables)."""
+    """A sink registered in SINKS gets every part the writer writes (here one that keeps the tables); a body
+    not given a counter for each thing it counts says which."""
+    with pytest.raises(ValueError, match="PartWriter counts .*files_committed_early: give a counter for each"):
+        PartWriter(ImportConfig(targets=()), {})
     with pytest.raises(KeyError, match="no sink named 'memory'; the sinks are parquet"):
         sinks.sink("memory")
     monkeypatch.setitem(sinks.SINKS, "memory", "tests.test_work:MemorySink")

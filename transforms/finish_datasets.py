@@ -9,8 +9,8 @@ from typing import Iterable, Iterator
 import apache_beam as beam
 
 from transforms.work.messages import DatasetReport
-from transforms.work.finish import COUNTERS, DatasetFinisher
-from transforms.safety_net import ImportDoFn, ImportStep, counter, guarded, in_phase
+from transforms.work.finish import DatasetFinisher
+from transforms.safety_net import ImportDoFn, ImportStep, counters, guarded, in_phase
 
 
 class FinishDatasets(ImportStep):
@@ -36,7 +36,7 @@ class _DatasetWriter(ImportDoFn):
     """A DoFn over the worker's `DatasetFinisher`."""
 
     def setup(self) -> None:
-        self._finisher = DatasetFinisher(self._config, {name: counter(name) for name in COUNTERS})
+        self._finisher = DatasetFinisher(self._config, counters(DatasetFinisher.COUNTERS))
 
 
 class _FinishDataset(_DatasetWriter):

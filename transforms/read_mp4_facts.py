@@ -23,8 +23,8 @@ from transforms.output.index_shards import FAILED, MediaIndexRow, ShardOutcome, 
 from transforms.base.errors import LeRobotImportError
 from transforms.work.messages import (ClipUse, DatasetReport, PartInputs,
                                  ShardTouch, error_record, internal_record)
-from transforms.work.mp4_facts import COUNTERS, Mp4FactsReader
-from transforms.safety_net import ImportDoFn, ImportStep, counter, guarded, in_phase
+from transforms.work.mp4_facts import Mp4FactsReader
+from transforms.safety_net import ImportDoFn, ImportStep, counter, counters, guarded, in_phase
 
 _LOG = logging.getLogger(__name__)
 
@@ -72,7 +72,7 @@ class _ReadMp4File(ImportDoFn):
     facts (or failure) for each part; the row read for media_index/; the MP4's token, its warnings."""
 
     def setup(self) -> None:
-        self._reader = Mp4FactsReader(self._config, {name: counter(name) for name in COUNTERS})
+        self._reader = Mp4FactsReader(self._config, counters(Mp4FactsReader.COUNTERS))
 
     def start_bundle(self) -> None:
         self._reader.new_bundle()

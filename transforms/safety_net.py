@@ -45,6 +45,11 @@ def counter(name: str):
     return Metrics.counter(NAMESPACE, name)
 
 
+def counters(names) -> dict:
+    """The counters of the import's namespace named `names`, by name (what a step's body counts)."""
+    return {name: counter(name) for name in names}
+
+
 def guarded(dofn: beam.DoFn, *tags: str, main: str, **side_inputs):
     """ParDo(dofn) with its main output `main`, its tagged outputs `tags`, and `bad`; `side_inputs` are
     passed to its `process` by name.

@@ -16,9 +16,9 @@ import apache_beam as beam
 from apache_beam.transforms.window import GlobalWindows
 from apache_beam.utils.windowed_value import WindowedValue
 
-from transforms.safety_net import ImportDoFn, counter, guarded
+from transforms.safety_net import ImportDoFn, counters, guarded
 from transforms.work.messages import FileInputs, ImportConfig, PartInputs
-from transforms.work.part_writer import COUNTERS, PartWriter, by_read_unit, unit_bug
+from transforms.work.part_writer import PartWriter, by_read_unit, unit_bug
 
 
 class WriteParts(beam.PTransform):
@@ -66,7 +66,7 @@ class _WriteParts(ImportDoFn):
     """Hands each read unit to the worker's `PartWriter`; the bundle's last part is stored as it ends."""
 
     def setup(self) -> None:
-        self._writer = PartWriter(self._config, {name: counter(name) for name in COUNTERS})
+        self._writer = PartWriter(self._config, counters(PartWriter.COUNTERS))
 
     def teardown(self) -> None:
         self._writer.close()

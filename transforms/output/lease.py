@@ -333,13 +333,17 @@ class _MemoryStore:
             self.fs.rm_file(self.path)
 
 
-class _GcsStore:
-    """A lease object on GCS; every write and delete carries an ifGenerationMatch precondition."""
+class _BucketStore:
+    """A lease object in an object store's bucket: `path` is "bucket/key"."""
 
     def __init__(self, fs: fsspec.AbstractFileSystem, path: str) -> None:
         self.fs = fs
         self.path = path
         self.bucket, self.key = path.split("/", 1)
+
+
+class _GcsStore(_BucketStore):
+    """A lease object on GCS; every write and delete carries an ifGenerationMatch precondition."""
 
     def read(self) -> Optional[tuple[bytes, str]]:
         for _ in range(storage.ATTEMPTS):
@@ -385,13 +389,8 @@ class _GcsStore:
             self.fs.invalidate_cache(self.path)
 
 
-class _S3Store:
+class _S3Store(_BucketStore):
     """A lease object on S3; conditional puts (If-None-Match: *, If-Match: ETag) and conditional deletes."""
-
-    def __init__(self, fs: fsspec.AbstractFileSystem, path: str) -> None:
-        self.fs = fs
-        self.path = path
-        self.bucket, self.key = path.split("/", 1)
 
     def read(self) -> Optional[tuple[bytes, str]]:
         for _ in range(storage.ATTEMPTS):

@@ -32,14 +32,11 @@ DEFAULT_SINK = "parquet"
 
 @dataclasses.dataclass(frozen=True)
 class Encoded:
-    """A part as its sink will store it, and the digest the manifest records."""
+    """A part as its sink will store it (`data`, whose length the manifest records as the part's bytes), and
+    the digest the manifest records."""
 
     data: bytes
     sha256: str
-
-    @property
-    def size(self) -> int:
-        return len(self.data)
 
 
 class EpisodesSink:

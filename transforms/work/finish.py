@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 import logging
-from typing import Iterable, Mapping, Optional, Sequence
+from typing import Iterable, Optional, Sequence
 
 from transforms import quality
 from transforms.base import live_counts, run_limits, stopping, storage
@@ -17,6 +17,7 @@ from transforms.lerobot.info import INFO_PATH
 from transforms.output import journal, paths, safety, sinks, writes
 from transforms.output.incremental import KeptFile
 from transforms.output.index_shards import final_media_index, stale_media_index_files
+from transforms.work.counted import Counted
 from transforms.work.messages import DatasetReport, ImportConfig, VideoFailure, internal_record
 
 _LOG = logging.getLogger(__name__)
@@ -29,17 +30,10 @@ UNFINISHED_RULES = ("disk_full", "output_not_writable")
 
 
 
-class DatasetFinisher:
-    """Writes datasets' errors.jsonl and manifest.json and counts what they hold.
+class DatasetFinisher(Counted):
+    """Writes datasets' errors.jsonl and manifest.json and counts what they hold (`COUNTERS`)."""
 
-    Args:
-        config: the run's configuration.
-        counters: one object with `inc(n)` per name of `COUNTERS`.
-    """
-
-    def __init__(self, config: ImportConfig, counters: Mapping) -> None:
-        self._config = config
-        self._counters = counters
+    COUNTERS = COUNTERS
 
     def finish(self, root: str, report: DatasetReport) -> Optional[dict]:
         """The dataset's manifest, written with its errors.jsonl; None when they could not be written (the

@@ -22,6 +22,7 @@ from transforms.lerobot import hints
 from transforms.lerobot.info import INDEXED_CODECS
 from transforms.mp4 import arrow
 from transforms.output.index_shards import MediaIndexRow, ShardRows
+from transforms.work.counted import Counted
 from transforms.work.messages import (ClipUse, DatasetReport, ImportConfig, Mp4Version, PartInputs, PartMp4,
                                       VideoFailure, error_record, load_info)
 
@@ -40,18 +41,14 @@ class Mp4Result:
     report: Optional[DatasetReport] = None  # warnings, the MP4's token, or the MP4 unusable
 
 
-class Mp4FactsReader:
-    """Reads MP4s as one worker does: folder listings (for the hints of missing files) and the old shards'
-    footers are kept until `new_bundle`.
+class Mp4FactsReader(Counted):
+    """Reads MP4s as one worker does, counting what it reads (`COUNTERS`): folder listings (for the hints of
+    missing files) and the old shards' footers are kept until `new_bundle`."""
 
-    Args:
-        config: the run's configuration.
-        counters: one object with `inc(n)` per name of `COUNTERS`.
-    """
+    COUNTERS = COUNTERS
 
     def __init__(self, config: ImportConfig, counters: Mapping) -> None:
-        self._config = config
-        self._counters = counters
+        super().__init__(config, counters)
         self.new_bundle()
 
     def new_bundle(self) -> None:

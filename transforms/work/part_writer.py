@@ -26,6 +26,7 @@ from transforms.lerobot import data_files, layouts
 from transforms.lerobot.info import DatasetInfo
 from transforms.output import journal, lease, sinks, writes
 from transforms.work.commit import commit_file
+from transforms.work.counted import Counted
 from transforms.work.messages import (FileInputs, ImportConfig, PartHeader, PartInputs, error_record,
                                       internal_record, load_info)
 
@@ -39,7 +40,7 @@ COUNTERS = ("data_bytes_read", "data_read_requests", "episodes", "frames", "part
 Written = tuple[tuple[str, str], FileInputs]
 
 
-class PartWriter:
+class PartWriter(Counted):
     """Writes the parts of read units, one after the other, as one worker does.
 
     A part's Parquet bytes are encoded on the encoder thread while its frames are checked and the next part
@@ -48,16 +49,14 @@ class PartWriter:
     part handed in stays pending until `flush`: a unit of one part, the usual one, would otherwise wait for
     its own encoding.
 
-    Args:
-        config: the run's configuration.
-        counters: one object with `inc(n)` per name of `COUNTERS`.
+    It counts what it reads and writes (`COUNTERS`).
     """
 
     MAX_OPEN_FILES = 4
+    COUNTERS = COUNTERS
 
     def __init__(self, config: ImportConfig, counters: Mapping) -> None:
-        self._config = config
-        self._counters = counters
+        super().__init__(config, counters)
         self._readers: OrderedDict[tuple[str, str], data_files.DataFileReader] = OrderedDict()
         self._reads = storage.ReadCounter()
         self._tasks: dict[str, Optional[list[str]]] = {}  # per dataset: meta/tasks.parquet, read once
@@ -275,8 +274,8 @@ class PartWriter:
         self._counters["episodes"].inc(len(header.rows))
         self._counters["frames"].inc(n_frames)
         self._counters["parts_written"].inc()
-        self._counters["output_bytes"].inc(encoded.size)
-        return _part_result(header, tmp_uri=tmp, frames=n_frames, bytes=encoded.size, sha256=encoded.sha256,
+        self._counters["output_bytes"].inc(len(encoded.data))
+        return _part_result(header, tmp_uri=tmp, frames=n_frames, bytes=len(encoded.data), sha256=encoded.sha256,
                             dropped=dropped)
 
 
