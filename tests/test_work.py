@@ -77,6 +77,9 @@ def test_part_writer_writes_and_commits_a_part_when_flushed(tmp_path):
     writer = PartWriter(config, counters)
     try:
         assert list(writer.write_unit(unit, [part], facts={(root, FILE0): []})) == []  # pending
+        writer.new_bundle()  # as if that bundle failed: its part is forgotten, not stored
+        assert writer.flush() is None and not (out / paths.output_part_path(FILE0, 0, 1)).exists()
+        assert list(writer.write_unit(unit, [part], facts={(root, FILE0): []})) == []  # the retried bundle
         (key, written) = writer.flush()
         assert writer.flush() is None
     finally:

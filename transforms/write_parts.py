@@ -71,6 +71,9 @@ class _WriteParts(ImportDoFn):
     def teardown(self) -> None:
         self._writer.close()
 
+    def start_bundle(self) -> None:
+        self._writer.new_bundle()
+
     def process(self, element: tuple[tuple, Iterable[tuple[tuple, PartInputs]]], facts=None
                 ) -> Iterator[tuple[tuple[str, str], FileInputs]]:
         unit, parts = element

@@ -65,6 +65,11 @@ class PartWriter(Counted):
         self._encoder = futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="part-encoder")
         self._pending: Optional[tuple[_Encoding, object]] = None  # a part being encoded, and its `facts`
 
+    def new_bundle(self) -> None:
+        """Forget a part still pending from a bundle that failed before `flush` (the runner retries that
+        bundle whole, so the part is written again there)."""
+        self._pending = None
+
     def close(self) -> None:
         self._encoder.shutdown(wait=True)
         for reader in self._readers.values():
