@@ -98,7 +98,7 @@ def build_pipeline(options: PipelineOptions, config: ImportConfig, started_at: O
         config = dataclasses.replace(config, started_at=started_at)
     p = beam.Pipeline(options=options)
     _ = (p
-         | "Datasets" >> beam.Create([root for root, _ in config.targets])
+         | "Datasets" >> beam.Create(list(config.targets))
          | "Import" >> ImportLeRobotDatasets(config))
     return p
 

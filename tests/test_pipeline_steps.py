@@ -68,12 +68,12 @@ def test_check_lists_episodes_files_and_fails_a_dataset_without_any(tmp_path):
     empty = _uri(empty)
     config = ImportConfig(targets=((good, _uri(tmp_path / "o1")), (empty, _uri(tmp_path / "o2"))))
     with _pipeline() as p:
-        checked = p | beam.Create([good, empty]) | CheckDatasets(config)
+        checked = p | beam.Create(list(config.targets)) | CheckDatasets(config)
         assert_that(checked.reports | beam.FlatMapTuple(lambda root, r: [root] * len(r.sources)),
                     equal_to([good, empty]), label="sources")
-        # each file with the rows read to find its sources: planning does not read it again
+        # each file (and its output root) with the rows read to find its sources: planning does not read it again
         assert_that(checked.episodes_files | beam.Map(lambda e: (e[0], e[1], tuple(r.episode_index
-                                                                                for r in e[2].rows))),
+                                                                                for r in e[3].rows))),
                     equal_to([(good, FILE0, (0,)), (good, FILE1, (1,))]), label="files")
         assert_that(checked.reports | beam.FlatMapTuple(lambda root, r: [(
                         root, f.episodes_file, f.rule, f.file, "the dataset has no episodes files" in f.message)
@@ -91,13 +91,13 @@ def test_check_skips_a_dataset_whose_last_import_is_up_to_date(tmp_path):
         "status": "imported", "episodes_files": {}, "options": config.output_options(),
         "source": fingerprint.fingerprint(root).to_json()}))
     with _pipeline() as p:
-        checked = p | beam.Create([root]) | CheckDatasets(config)
+        checked = p | beam.Create(list(config.targets)) | CheckDatasets(config)
         assert_that(checked.reports, equal_to([]), label="reports")
         assert_that(checked.episodes_files, equal_to([]), label="files")
     # A manifest that is not JSON proves nothing: the dataset is imported again.
     (out / "manifest.json").write_text("{not json")
     with _pipeline() as p:
-        checked = p | beam.Create([root]) | CheckDatasets(config)
+        checked = p | beam.Create(list(config.targets)) | CheckDatasets(config)
         assert_that(checked.episodes_files | beam.Map(lambda e: e[:2]), equal_to([(root, FILE0)]), label="files")
 
 
@@ -116,7 +116,8 @@ def test_plan_finds_an_episode_listed_in_two_files_and_short_clips(tmp_path):
     root = _uri(ds)
     config = ImportConfig(targets=((root, _uri(tmp_path / "out")),))
     with _pipeline() as p:
-        plans = p | beam.Create([(root, FILE0), (root, FILE1)]) | PlanEpisodesFiles(config)
+        plans = (p | beam.Create([(root, rel, config.targets[0][1]) for rel in (FILE0, FILE1)])
+                 | PlanEpisodesFiles(config))
         assert_that(plans.to_files | beam.FlatMapTuple(lambda key, i: [(key, f.rule, f.episode_index,
                                                                          f.message.split(": ", 1)[1])
                                                                         for f in i.duplicates]),
@@ -141,7 +142,8 @@ def test_plan_fails_an_unreadable_episodes_file_with_its_rule(tmp_path):
     root = _uri(ds)
     config = ImportConfig(targets=((root, _uri(tmp_path / "out")),))
     with _pipeline() as p:
-        plans = p | beam.Create([(root, FILE0), (root, FILE1)]) | PlanEpisodesFiles(config)
+        plans = (p | beam.Create([(root, rel, config.targets[0][1]) for rel in (FILE0, FILE1)])
+                 | PlanEpisodesFiles(config))
         assert_that(plans.reports | beam.FlatMapTuple(lambda r, rep: [(o.episodes_file, o.status,
                                                                        [f.rule for f in o.failures])
                                                                       for o in rep.outcomes]),
@@ -160,7 +162,8 @@ def test_plan_uses_the_rows_the_check_step_read(tmp_path):
     (ds / FILE1).unlink()
     config = ImportConfig(targets=((root, _uri(tmp_path / "out")),))
     with _pipeline() as p:
-        plans = p | beam.Create([(root, FILE0), (root, FILE1, ReadRows(rows))]) | PlanEpisodesFiles(config)
+        out = config.targets[0][1]
+        plans = p | beam.Create([(root, FILE0, out), (root, FILE1, out, ReadRows(rows))]) | PlanEpisodesFiles(config)
         assert_that(plans.to_parts | beam.MapTuple(lambda key, i: (key, [r.episode_index for r in i.headers[0].rows])),
                     equal_to([((root, FILE0, 0), [0]), ((root, FILE1, 0), [1])]), label="headers")
 
@@ -201,7 +204,7 @@ def test_a_part_with_a_failed_mp4_fails_without_reading_and_a_part_without_plan_
     from transforms.work.messages import PartHeader
     root = "memory://nowhere"  # nothing may be read: the failure is known before any read
     config = ImportConfig(targets=((root, "memory://out"),))
-    header = PartHeader(root, FILE0, PartPlan(0, (0,), ("data/x.parquet",), 10), 1, ())
+    header = PartHeader(root, FILE0, PartPlan(0, (0,), ("data/x.parquet",), 10), 1, (), "memory://out")
     failure = FailureRecord(root, FILE0, 0, "videos/x.mp4", "file_missing", "gone")
     with _pipeline() as p:
         results = (p | beam.Create([((root, FILE0, 0), PartInputs(headers=(header,))),
@@ -232,8 +235,8 @@ def test_commit_moves_all_parts_or_none(tmp_path):
                           bytes=len(data[2]), sha256=_sha(data[2]))]
     duplicate = FailureRecord("d", FILE1, 4, FILE1, "duplicate_episode", "episode 4 is listed 2 times")
     with _pipeline() as p:
-        outcomes = (p | beam.Create([(("d", r.episodes_file), FileInputs(results=(r,))) for r in results]
-                                    + [(("d", FILE1), FileInputs(duplicates=(duplicate,)))])
+        outcomes = (p | beam.Create([(("d", r.episodes_file), FileInputs(results=(r,), outputs=(out,)))
+                                     for r in results] + [(("d", FILE1), FileInputs(duplicates=(duplicate,)))])
                     | CommitEpisodesFiles(config)
                     | beam.FlatMapTuple(lambda root, rep: [(root, o) for o in rep.outcomes]))
         assert_that(outcomes | beam.MapTuple(lambda root, o: (root, o.episodes_file, o.status, o.parts, o.part_files,
@@ -261,7 +264,8 @@ def test_a_commit_that_raises_fails_its_file_as_internal_and_leaves_nothing(tmp_
 
     monkeypatch.setattr(writes, "commit_episodes_file", broken)
     with _pipeline() as p:
-        outcomes = (p | beam.Create([(("d", FILE0), FileInputs(results=(result,)))]) | CommitEpisodesFiles(config)
+        outcomes = (p | beam.Create([(("d", FILE0), FileInputs(results=(result,), outputs=(out,)))])
+                    | CommitEpisodesFiles(config)
                     | beam.FlatMapTuple(lambda root, rep: [(root, o) for o in rep.outcomes]))
         assert_that(outcomes | beam.MapTuple(lambda root, o: (o.status, o.episodes, o.episodes_failed,
                                                                sorted((-1 if f.episode_index is None
@@ -277,7 +281,7 @@ def test_a_commit_that_raises_fails_its_file_as_internal_and_leaves_nothing(tmp_
 # ---- FinishDatasets --------------------------------------------------------------------------------
 
 
-def _finish_inputs(p, root: str):
+def _finish_inputs(p, root: str, out: str):
     imported = FileOutcome(root, FILE0, "imported", parts=("episodes/chunk-000/file-000.parquet",), episodes=2,
                            episodes_written=2, frames=9, bytes=100,
                            part_files=(PartFile("episodes/chunk-000/file-000.parquet", 100, 2, "ab" * 32),))
@@ -285,7 +289,7 @@ def _finish_inputs(p, root: str):
     kept = WarningRecord(root, FILE0, 1, "videos/a.mp4", "clip_end_short", "0.1 s (1 frame)", "short")
     dropped = WarningRecord(root, FILE1, 2, "videos/b.mp4", "clip_end_short", "0.1 s (1 frame)", "short")
     return p | beam.Create([
-        (root, DatasetReport(sources=(None,))),
+        (root, DatasetReport(sources=(None,), outputs=(out,))),
         (root, DatasetReport(outcomes=(imported,))), (root, DatasetReport(outcomes=(failed,))),
         (root, DatasetReport(warnings=(kept, dropped))),
         (root, DatasetReport(mp4_failures=(VideoFailure(root, CAM, "videos/b.mp4", "file_missing"),))),
@@ -298,7 +302,7 @@ def test_finish_writes_errors_and_manifest_and_counts_errors_once(tmp_path):
     root, out = _uri(ds), tmp_path / "out"
     config = ImportConfig(targets=((root, _uri(out)),), run_id="r1", started_at="t0")
     p = _pipeline()
-    manifests = _finish_inputs(p, root) | FinishDatasets(config)
+    manifests = _finish_inputs(p, root, config.targets[0][1]) | FinishDatasets(config)
     assert_that(manifests | beam.Map(lambda d: (d["status"], d["totals"]["errors"], d["totals"]["warnings"],
                                                 d["totals"]["episodes_files"], len(d["notes"]))),
                 equal_to([("failed", 2, 1, 2, 1)]))
@@ -328,7 +332,7 @@ def test_finish_that_raises_still_writes_errors_and_manifest(tmp_path, monkeypat
 
     monkeypatch.setattr(finish, "info_sha256", out_of_memory)
     p = _pipeline()
-    manifests = _finish_inputs(p, root) | FinishDatasets(config)
+    manifests = _finish_inputs(p, root, config.targets[0][1]) | FinishDatasets(config)
     assert_that(manifests | beam.Map(lambda d: (d["status"], d["totals"]["errors"], d["totals"]["episodes"])),
                 equal_to([("failed", 3, 4)]))
     result = p.run()
@@ -349,7 +353,7 @@ def test_building_the_import_declares_every_output_tag(tmp_path, caplog):
     config = ImportConfig(targets=((root, _uri(tmp_path / "out")),))
     with caplog.at_level(logging.WARNING):
         p = beam.Pipeline(runner="FnApiRunner")
-        _ = p | beam.Create([root]) | ImportLeRobotDatasets(config)
+        _ = p | beam.Create(list(config.targets)) | ImportLeRobotDatasets(config)
     assert not [r for r in caplog.records if "not declared in type hints" in r.getMessage()]
     assert len(p.to_runner_api().components.transforms) > 20  # the pipeline was really built
     shutil.rmtree(p.local_tempdir, ignore_errors=True)  # Beam removes its temporary folder only in run()

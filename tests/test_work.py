@@ -42,12 +42,13 @@ def _counters() -> tuple[collections.Counter, dict]:
 
 def test_planner_cuts_an_episodes_file_into_parts_with_its_episode_ids_and_counts(tmp_path):
     root = "file://" + str(write_dataset(tmp_path / "ds", DatasetSpec(lengths=(5, 7, 6))))
-    planned = EpisodesFilePlanner(ImportConfig(targets=((root, "file://" + str(tmp_path / "out")),))).plan(root, FILE0)
+    out = "file://" + str(tmp_path / "out")
+    planned = EpisodesFilePlanner(ImportConfig(targets=((root, out),))).plan(root, FILE0, out)
     assert not planned.failed
     assert [r.episode_index for r in planned.rows] == [0, 1, 2]
     assert [key for key, _ in planned.to_parts] == [(root, FILE0, 0)]
     header = planned.to_parts[0][1].headers[0]
-    assert (header.dataset, header.episodes_file, header.num_parts) == (root, FILE0, 1)
+    assert (header.dataset, header.episodes_file, header.num_parts, header.output) == (root, FILE0, 1, out)
     assert [(r.episode_index, r.length) for r in header.rows] == [(0, 5), (1, 7), (2, 6)]
     assert planned.episode_ids == (((root, 0), FILE0), ((root, 1), FILE0), ((root, 2), FILE0))
     assert planned.clip_uses == ()  # no cameras
@@ -58,7 +59,7 @@ def test_planner_cuts_an_episodes_file_into_parts_with_its_episode_ids_and_count
 def test_planner_fails_a_missing_episodes_file_as_a_whole(tmp_path):
     root = "file://" + str(write_dataset(tmp_path / "ds", DatasetSpec(lengths=(5,))))
     rel = "meta/episodes/chunk-000/file-009.parquet"
-    planned = EpisodesFilePlanner(ImportConfig(targets=((root, "memory://out"),))).plan(root, rel)
+    planned = EpisodesFilePlanner(ImportConfig(targets=((root, "memory://out"),))).plan(root, rel, "memory://out")
     assert planned.failed and planned.to_parts == () and planned.rows == ()
     outcome, = planned.report.outcomes
     assert (outcome.episodes_file, outcome.status) == (rel, "failed")
@@ -71,7 +72,7 @@ def test_part_writer_writes_and_commits_a_part_when_flushed(tmp_path):
     root = "file://" + str(write_dataset(tmp_path / "ds", DatasetSpec(lengths=(5, 7, 6))))
     out = tmp_path / "out"
     config = ImportConfig(targets=((root, "file://" + str(out)),), run_id="run-1")
-    planned = EpisodesFilePlanner(config).plan(root, FILE0)
+    planned = EpisodesFilePlanner(config).plan(root, FILE0, config.targets[0][1])
     (unit, part), = [by_read_unit(key, [inputs]) for key, inputs in planned.to_parts]
     tally, counters = _counters()
     writer = PartWriter(config, counters)
@@ -100,7 +101,7 @@ def test_part_writer_fails_a_part_whose_mp4_failed_without_reading(tmp_path):
     config = ImportConfig(targets=((root, "memory://out"),))
     from transforms.lerobot.episodes_files import PartPlan
     from transforms.work.messages import PartHeader
-    header = PartHeader(root, FILE0, PartPlan(0, (0,), ("data/x.parquet",), 10), 1, ())
+    header = PartHeader(root, FILE0, PartPlan(0, (0,), ("data/x.parquet",), 10), 1, (), "memory://out")
     failure = FailureRecord(root, FILE0, 0, "videos/x.mp4", "file_missing", "gone")
     tally, counters = _counters()
     writer = PartWriter(config, counters)
@@ -124,7 +125,7 @@ def test_mp4_reader_reads_each_mp4_once_for_every_part_using_it(tmp_path):
     without --inline-index no MediaIndex travels to the part), its media_index/ row and its token reported."""
     root = "file://" + str(SAMPLE)
     config = ImportConfig(targets=((root, "file://" + str(tmp_path / "out")),))
-    planned = EpisodesFilePlanner(config).plan(root, FILE0)
+    planned = EpisodesFilePlanner(config).plan(root, FILE0, config.targets[0][1])
     by_mp4: dict = {}
     for (_, rel), use in planned.clip_uses:
         by_mp4.setdefault(rel, []).append(use)
@@ -137,7 +138,8 @@ def test_mp4_reader_reads_each_mp4_once_for_every_part_using_it(tmp_path):
         told, = result.to_parts[0][1].mp4s
         assert (told.file, told.mp4.size, told.mp4.index) == (rel, (SAMPLE / rel).stat().st_size, None)
         assert told.samples is not None  # sample times for the part's quality checks
-        assert (result.index_row.file, result.index_row.size) == (rel, (SAMPLE / rel).stat().st_size)
+        assert (result.index_row.row.file, result.index_row.row.size) == (rel, (SAMPLE / rel).stat().st_size)
+        assert result.index_row.output == config.targets[0][1]  # the shard's output, as the clip uses carry it
         assert result.report.video_versions == ((rel, ""),) and result.report.mp4_failures == ()
     assert tally["mp4_files"] == 2 and tally["mp4_read_requests"] >= 2
     # files this small are read whole by the first range read (a large one: its head and moov only)
@@ -167,23 +169,25 @@ def test_check_lists_a_new_dataset_and_skips_it_once_imported_up_to_date(tmp_pat
     path = write_dataset(tmp_path / "ds", DatasetSpec(lengths=(5, 7)))
     root, out = "file://" + str(path), tmp_path / "out"
     config = ImportConfig(targets=((root, "file://" + str(out)),), run_id="run-1")
-    checked = check_to_import(config, root)
+    checked = check_to_import(config, root, config.targets[0][1])
     assert not checked.skipped
-    (listed_root, rel, read), = checked.episodes_files  # its rows, read for its sources' digest, go along
-    assert (listed_root, rel, [(r.episode_index, r.length) for r in read.rows]) == (root, FILE0, [(0, 5), (1, 7)])
+    (listed_root, rel, to, read), = checked.episodes_files  # its rows, read for its sources' digest, go along
+    assert (listed_root, rel, to) == (root, FILE0, "file://" + str(out))
+    assert [(r.episode_index, r.length) for r in read.rows] == [(0, 5), (1, 7)]
     found, decisions = checked.reports
-    assert found.sources[0] is not None and found.failures == ()
+    assert found.sources[0] is not None and found.failures == () and found.outputs == ("file://" + str(out),)
     assert [s.episodes_file for s in decisions.file_sources] == [FILE0] and decisions.kept == ()
     assert [(key, i.sources[0].episodes_file) for key, i in checked.file_sources] == [((root, FILE0), FILE0)]
     assert checked.mp4_versions == () and checked.shard_touches == ()  # no cameras
     assert run_import(path, out) == 0
-    assert check_to_import(config, root) == CheckedDataset(skipped=True)
+    assert check_to_import(config, root, "file://" + str(out)) == CheckedDataset(skipped=True)
 
 
 def test_check_fails_a_dataset_without_episodes_files_as_a_whole(tmp_path):
     (tmp_path / "ds").mkdir()
     root = "file://" + str(tmp_path / "ds")
-    checked = check_to_import(ImportConfig(targets=((root, "file://" + str(tmp_path / "out")),)), root)
+    out = "file://" + str(tmp_path / "out")
+    checked = check_to_import(ImportConfig(targets=((root, out),)), root, out)
     assert checked.episodes_files == () and not checked.skipped
     failure, = [f for r in checked.reports for f in r.failures]
     assert (failure.dataset, failure.episodes_file) == (root, None)
@@ -197,7 +201,7 @@ def test_finisher_writes_the_manifest_and_errors_of_a_failed_dataset_and_counts_
     failure = FailureRecord(root, None, None, "meta/info.json", "info_json", "meta/info.json does not exist")
     tally: collections.Counter = collections.Counter()
     finisher = finish.DatasetFinisher(config, {name: _Counter(tally, name) for name in finish.COUNTERS})
-    doc = finisher.finish(root, DatasetReport(failures=(failure,)))
+    doc = finisher.finish(root, DatasetReport(failures=(failure,), outputs=("file://" + str(out),)))
     assert json.loads((out / "manifest.json").read_text()) == doc
     assert (doc["status"], doc["run_id"], doc["totals"]["errors"], doc["episodes_files"]) == (
         "failed", "run-1", 1, {})
@@ -217,7 +221,7 @@ def test_finisher_after_a_bug_records_it_as_internal(tmp_path):
         raise KeyError("no such thing")
     except KeyError:
         import sys
-        doc = finisher.finish_after_bug(root, DatasetReport(), sys.exc_info())
+        doc = finisher.finish_after_bug(root, DatasetReport(outputs=("file://" + str(out),)), sys.exc_info())
     assert doc["status"] == "failed" and doc["info_json_sha256"] is None
     row, = [json.loads(line) for line in (out / "errors.jsonl").read_text().splitlines()]
     assert row["rule"] == "internal" and "no such thing" in row["message"]
@@ -254,7 +258,7 @@ def test_a_sink_is_one_class_and_one_registry_line(tmp_path, monkeypatch):
     monkeypatch.setitem(sinks.SINKS, "memory", "tests.test_work:MemorySink")
     root = "file://" + str(write_dataset(tmp_path / "ds", DatasetSpec(lengths=(5, 7))))
     config = ImportConfig(targets=((root, "memory://out"),), sink="memory")
-    planned = EpisodesFilePlanner(config).plan(root, FILE0)
+    planned = EpisodesFilePlanner(config).plan(root, FILE0, config.targets[0][1])
     tally, counters = _counters()
     writer = PartWriter(config, counters)
     try:
@@ -284,3 +288,17 @@ class MemorySink(sinks.EpisodesSink):
         uri = f"{out}/staged/{episodes_file}/{part}"
         self.staged[uri] = self._table
         return uri
+
+
+def test_merged_records_name_one_output_root_or_say_what_dropped_it():
+    from transforms.base.errors import LeRobotImportError
+    from transforms.work.messages import FileInputs, output_root
+    merged = FileInputs.merge([FileInputs(outputs=("file:///out",)), FileInputs(), FileInputs(outputs=("file:///out",))])
+    assert output_root(merged.outputs, "episodes file x") == "file:///out"
+    with pytest.raises(LeRobotImportError) as raised:
+        output_root((), "episodes file x of d")
+    assert raised.value.rule == "internal"
+    assert str(raised.value) == ("[internal] episodes file x of d: 0 output roots reached it ([]), not one; "
+                                 "please report it")
+    with pytest.raises(LeRobotImportError, match=r"2 output roots reached it \(\['a', 'b'\]\)"):
+        output_root(("a", "b"), "dataset d")

@@ -43,11 +43,11 @@ class CheckDatasets(ImportStep):
     Args:
         config: the run's configuration.
 
-    Input: dataset root URIs. Returns: `CheckedDatasets`.
+    Input: (dataset root URI, output root), as `ImportConfig.targets` pairs them. Returns: `CheckedDatasets`.
     """
 
-    def expand(self, roots):
-        checked = roots | "Check" >> guarded(_CheckDataset(self._config), "reports", "mp4_versions", "shard_touches",
+    def expand(self, targets):
+        checked = targets | "Check" >> guarded(_CheckDataset(self._config), "reports", "mp4_versions", "shard_touches",
                                              "file_sources", main="episodes_files")
         bugs = checked.bad | "CheckBugs" >> beam.Map(_check_bug)
         return CheckedDatasets(checked.episodes_files, (checked.reports, bugs) | "CheckReports" >> beam.Flatten(),
@@ -60,9 +60,10 @@ class _CheckDataset(ImportDoFn):
     def setup(self) -> None:
         self._skipped = counter("datasets_skipped")
 
-    @in_phase("check", lambda root: f"dataset {root}")
-    def process(self, root: str) -> Iterator:
-        checked = check_to_import(self._config, root)
+    @in_phase("check", lambda target: f"dataset {target[0]}")
+    def process(self, target: tuple[str, str]) -> Iterator:
+        root, out = target
+        checked = check_to_import(self._config, root, out)
         if checked.skipped:
             self._skipped.inc()
         for report in checked.reports:
@@ -74,6 +75,7 @@ class _CheckDataset(ImportDoFn):
 
 
 def _check_bug(bad) -> tuple[str, DatasetReport]:
-    root, exc_info = bad
+    (root, out), exc_info = bad
     _LOG.error("checking %s failed unexpectedly: %s", root, exc_info[1])
-    return root, DatasetReport(failures=(internal_record(exc_info, dataset=root, episodes_file=None),))
+    return root, DatasetReport(failures=(internal_record(exc_info, dataset=root, episodes_file=None),),
+                               outputs=(out,))

@@ -14,7 +14,7 @@ from transforms.base import stopping, storage
 from transforms.episode.outcomes import failed_file
 from transforms.output import sinks
 from transforms.work.commit import commit_file
-from transforms.work.messages import DatasetReport, FileInputs, ImportConfig, internal_record
+from transforms.work.messages import DatasetReport, FileInputs, ImportConfig, internal_record, output_root
 from transforms.safety_net import ImportDoFn, ImportStep, guarded, in_phase
 
 _LOG = logging.getLogger(__name__)
@@ -53,7 +53,8 @@ class _CommitEpisodesFile(ImportDoFn):
             yield root, DatasetReport(outcomes=(done.outcome,), quality=(done.quality,))
         elif inputs.results or inputs.duplicates:  # else only its sources: it failed in planning, reported there
             with stopping.output_work():
-                done = commit_file(self._config, root, rel, inputs.results, inputs.duplicates, inputs.findings,
+                out = output_root(inputs.outputs, f"episodes file {rel} of {root}")
+                done = commit_file(self._config, root, rel, out, inputs.results, inputs.duplicates, inputs.findings,
                                    inputs.sources)
             yield root, DatasetReport(outcomes=(done.outcome,), quality=(done.quality,))
 
@@ -62,10 +63,12 @@ def _commit_bug(bad, config: ImportConfig) -> tuple[str, DatasetReport]:
     """A commit that raised: remove what it may have left, and fail the file with rule `internal`."""
     ((root, rel), messages), exc_info = bad
     _LOG.error("committing %s of %s failed unexpectedly: %s", rel, root, exc_info[1])
-    results = FileInputs.merge(messages).results
+    merged = FileInputs.merge(messages)
+    results = merged.results
     try:
         with stopping.output_work():
-            sinks.sink(config.sink).discard(config.output_of(root), rel, results)
+            sinks.sink(config.sink).discard(output_root(merged.outputs, f"episodes file {rel} of {root}"), rel,
+                                            results)
     except Exception as ex:  # the net must not tear: the failure below says what happened
         _LOG.error("cleaning up %s of %s failed too: %s", rel, root, ex)
     episodes = tuple(ep for r in results for ep in r.episode_indices)

@@ -55,13 +55,14 @@ class ImportLeRobotDatasets(ImportStep):
     Args:
         config: the run's configuration: each dataset's output root and the import options.
 
-    Input: a PCollection of dataset root URIs. Returns: the PCollection of manifests (dicts), one per
+    Input: a PCollection of (dataset root URI, output root) pairs (`config.targets`); each step hands the output
+    root on with the elements that need it. Returns: the PCollection of manifests (dicts), one per
     dataset imported; a dataset skipped as up to date has none.
     """
 
-    def expand(self, roots):
+    def expand(self, targets):
         config = self._config
-        datasets = roots | "CheckDatasets" >> CheckDatasets(config)
+        datasets = targets | "CheckDatasets" >> CheckDatasets(config)
         plans = datasets.episodes_files | "PlanEpisodesFiles" >> PlanEpisodesFiles(config)
         mp4s = ((plans.clip_uses, datasets.mp4_versions, datasets.shard_touches)
                 | "ReadMp4Facts" >> ReadMp4Facts(config))

@@ -38,8 +38,8 @@ class PlanEpisodesFiles(ImportStep):
     Args:
         config: the run's configuration.
 
-    Input: (root, episodes file), or (root, episodes file, ReadRows) when the check step read it (the
-    file is then not read again). Returns: `PlannedFiles`.
+    Input: (root, episodes file, output root), or (root, episodes file, output root, ReadRows) when the check
+    step read it (the file is then not read again). Returns: `PlannedFiles`.
     """
 
     def expand(self, episodes_files):
@@ -63,8 +63,8 @@ class _PlanEpisodesFile(ImportDoFn):
 
     @in_phase("plan", lambda element: f"episodes file {element[1]} of dataset {element[0]}")
     def process(self, element: tuple) -> Iterator:
-        root, rel = element[:2]
-        planned = self._planner.plan(root, rel, element[2].rows if len(element) > 2 else None)
+        root, rel, out = element[:3]
+        planned = self._planner.plan(root, rel, out, element[3].rows if len(element) > 3 else None)
         if planned.failed:
             live_counts.add(episodes_files_planned=1, episodes_files_done=1, episodes_files_failed=1)
             yield beam.pvalue.TaggedOutput("reports", (root, planned.report))
@@ -80,7 +80,8 @@ class _PlanEpisodesFile(ImportDoFn):
 
 
 def _plan_bug(bad) -> tuple[str, DatasetReport]:
-    (root, rel), exc_info = bad
+    element, exc_info = bad
+    root, rel = element[:2]
     _LOG.error("planning %s of %s failed unexpectedly: %s", rel, root, exc_info[1])
     bug = internal_record(exc_info, dataset=root, episodes_file=rel, file=rel)
     return root, DatasetReport(outcomes=(failed_file(root, rel, (), [bug]),))

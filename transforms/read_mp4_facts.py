@@ -19,10 +19,10 @@ import apache_beam as beam
 
 from transforms.base import stopping
 from transforms.output import journal
-from transforms.output.index_shards import FAILED, MediaIndexRow, ShardOutcome, update_media_index_shard
+from transforms.output.index_shards import FAILED, ShardOutcome, update_media_index_shard
 from transforms.base.errors import LeRobotImportError
-from transforms.work.messages import (ClipUse, DatasetReport, PartInputs,
-                                 ShardTouch, error_record, internal_record)
+from transforms.work.messages import (ClipUse, DatasetReport, PartInputs, ShardRow, ShardTouch, error_record,
+                                      internal_record, output_root)
 from transforms.work.mp4_facts import Mp4FactsReader
 from transforms.safety_net import ImportDoFn, ImportStep, counter, counters, guarded, in_phase
 
@@ -59,7 +59,7 @@ class ReadMp4Facts(ImportStep):
                 | "GroupByMp4" >> beam.GroupByKey()
                 | "ReadMp4s" >> guarded(_ReadMp4File(self._config), "index_rows", "reports", main="to_parts"))
         bugs = read.bad | "Mp4Bugs" >> beam.FlatMap(_mp4_bug)
-        rows = read.index_rows | "KeyByShard" >> beam.Map(lambda r: ((r.dataset, r.shard), r))
+        rows = read.index_rows | "KeyByShard" >> beam.Map(lambda r: ((r.row.dataset, r.row.shard), r))
         if touches is not None:
             rows = (rows, touches) | "WithTouches" >> beam.Flatten()
         index_files = rows | "WriteMediaIndex" >> WriteMediaIndex(self._config)
@@ -101,7 +101,7 @@ def _mp4_bug(bad) -> Iterator[tuple[tuple, PartInputs]]:
 
 
 class WriteMediaIndex(ImportStep):
-    """((dataset, shard), MediaIndexRow or ShardTouch) -> (dataset, DatasetReport with the ShardOutcome):
+    """((dataset, shard), ShardRow or ShardTouch) -> (dataset, DatasetReport with the ShardOutcome):
     each shard that gains, changes or loses a row is rewritten (its other rows carried from the old file);
     a shard left with no row is reported `emptied` (the finish step removes it).
 
@@ -133,9 +133,11 @@ class _WriteShard(ImportDoFn):
     @in_phase("write", lambda element: f"media_index shard {element[0][1]} of dataset {element[0][0]}")
     def process(self, element: tuple[tuple[str, str], Iterable]) -> Iterator[tuple[str, DatasetReport]]:
         (root, shard), values = element
-        rows = [v for v in values if isinstance(v, MediaIndexRow)]
+        read = [v for v in values if isinstance(v, ShardRow)]
+        rows = [r.row for r in read]
         touch = next((v for v in values if isinstance(v, ShardTouch)), None)
-        out = self._config.output_of(root)
+        out = output_root([r.output for r in read] + ([touch.output] if touch is not None else []),
+                          f"media_index shard {shard} of {root}")
         with stopping.output_work():
             try:
                 outcome = update_media_index_shard(out, shard, rows, touch.keep if touch is not None else None)
@@ -148,7 +150,7 @@ class _WriteShard(ImportDoFn):
                 journal.record_shard(out, run_id=self._config.run_id, options=self._config.output_options(),
                                       dataset=root, shard=shard, action=outcome.action,
                                       record=outcome.record.to_json() if outcome.record else None,
-                                      versions={v.file: v.version for v in values if isinstance(v, MediaIndexRow)})
+                                      versions={v.file: v.version for v in rows})
         if outcome.action == "written":
             self._written.inc()
         yield root, DatasetReport(index_files=(outcome,))

@@ -25,20 +25,22 @@ _LOG = logging.getLogger(__name__)
 class CheckedDataset:
     """What checking a dataset tells the other steps (all empty but `skipped` for a dataset up to date)."""
 
-    reports: tuple[DatasetReport, ...] = ()  # to its finish step: its fingerprint and decisions, or why it failed
-    episodes_files: tuple[tuple, ...] = ()  # (root, episodes file[, ReadRows]) of each file to import, to planning
+    reports: tuple[DatasetReport, ...] = ()  # to its finish step: its output root, fingerprint and decisions, or
+    #                                           why it failed
+    episodes_files: tuple[tuple, ...] = ()  # (root, episodes file, output root[, ReadRows]) of each file to import
     file_sources: tuple[tuple[tuple[str, str], FileInputs], ...] = ()  # each file's sources, to its commit
     mp4_versions: tuple[tuple[tuple[str, str], Mp4Version], ...] = ()  # each MP4 the files use, to the MP4 step
     shard_touches: tuple[tuple[tuple[str, str], ShardTouch], ...] = ()  # the shards that may change
     skipped: bool = False  # its last import is up to date: nothing to do
 
 
-def check_to_import(config: ImportConfig, root: str) -> CheckedDataset:
+def check_to_import(config: ImportConfig, root: str, out: str) -> CheckedDataset:
     """Whether and what of a dataset to import.
 
     Args:
         config: the run's configuration.
         root: the dataset root URI.
+        out: its output root.
     """
     if storage.hub_repo(root) and not storage.hub_commit(root):
         # A Hub root the run could not pin at a commit (missing, private, gated, no such revision):
@@ -46,8 +48,7 @@ def check_to_import(config: ImportConfig, root: str) -> CheckedDataset:
         try:
             hub.pin(root)
         except LeRobotImportError as ex:
-            return _failed(root, ex)
-    out = config.output_of(root)
+            return _failed(root, out, ex)
     options = config.output_options()
     source = _fingerprint(root)
     try:
@@ -56,13 +57,13 @@ def check_to_import(config: ImportConfig, root: str) -> CheckedDataset:
         damaged = incremental.find_output_damage(root, out, previous, force=config.force,
                                                  checksums=config.verify_output)
     except LeRobotImportError as ex:  # the output's state names paths outside it: touch nothing of it
-        return _failed(root, ex)
+        return _failed(root, out, ex)
     if source is not None and not config.force and not damaged and incremental.up_to_date(root, source, previous,
                                                                                            options):
         incremental.sweep_journal(root, out, config.run_id)
         return CheckedDataset(skipped=True)
     previous = damage.without_damage(previous, damaged)
-    found = DatasetReport(sources=(source,), notes=tuple(damaged.notes()))
+    found = DatasetReport(sources=(source,), notes=tuple(damaged.notes()), outputs=(out,))
     try:
         files = episodes_files(root, skip_videos=config.skip_videos)
     except LeRobotImportError as ex:
@@ -82,22 +83,23 @@ def check_to_import(config: ImportConfig, root: str) -> CheckedDataset:
             continue
         live_counts.add(episodes_files=1)
         # with its rows when they were read to tell what changed: planning does not read it again
-        to_plan.append((root, rel, ReadRows(decided.read[rel])) if rel in decided.read else (root, rel))
+        to_plan.append((root, rel, out, ReadRows(decided.read[rel])) if rel in decided.read else (root, rel, out))
         if rel in known:  # the commit records the file's manifest entry, sources included, at once
-            sources.append(((root, rel), FileInputs(sources=(known[rel],))))
+            sources.append(((root, rel), FileInputs(sources=(known[rel],), outputs=(out,))))
     versions, touches = [], []
     if decided.media is not None:  # each MP4's token and whether its row is carried; the shards that may change
         media = decided.media
-        versions = [((root, rel), Mp4Version(media.tokens[rel], rel in media.carried, rel in media.shared))
+        versions = [((root, rel), Mp4Version(media.tokens[rel], rel in media.carried, rel in media.shared, out))
                     for rel in sorted(media.used)]
-        touches = [((root, shard), ShardTouch(keep)) for shard, keep in media.touched.items()]
+        touches = [((root, shard), ShardTouch(keep, out)) for shard, keep in media.touched.items()]
     decisions = DatasetReport(file_sources=decided.file_sources, kept=decided.kept, warnings=decided.warnings,
                               index_kept=decided.index_kept, video_versions=decided.video_versions)
     return CheckedDataset((found, decisions), tuple(to_plan), tuple(sources), tuple(versions), tuple(touches))
 
 
-def _failed(root: str, ex: LeRobotImportError) -> CheckedDataset:
-    return CheckedDataset(reports=(DatasetReport(failures=(error_record(ex, dataset=root, episodes_file=None),)),))
+def _failed(root: str, out: str, ex: LeRobotImportError) -> CheckedDataset:
+    failure = error_record(ex, dataset=root, episodes_file=None)
+    return CheckedDataset(reports=(DatasetReport(failures=(failure,), outputs=(out,)),))
 
 
 def _fingerprint(root: str) -> Optional[fingerprint.Fingerprint]:

@@ -19,7 +19,7 @@ from transforms.work.messages import CommittedFile, FileQuality, ImportConfig
 _LOG = logging.getLogger(__name__)
 
 
-def commit_file(config: ImportConfig, root: str, rel: str, results: Sequence[PartResult],
+def commit_file(config: ImportConfig, root: str, rel: str, out: str, results: Sequence[PartResult],
                 duplicates: Sequence[FailureRecord], findings: Sequence, sources: Sequence) -> CommittedFile:
     """Commit an episodes file (all its parts or none), write its quality table and, when it imported,
     record it in the journal at once: a run stopped before its end keeps it, and the next run imports
@@ -29,12 +29,12 @@ def commit_file(config: ImportConfig, root: str, rel: str, results: Sequence[Par
         config: the run's configuration.
         root: the dataset root URI.
         rel: the episodes file, relative to the root.
+        out: the dataset's output root.
         results: one per part, as the part writers reported.
         duplicates: the duplicated episodes that fail it.
         findings: what the quality checks found in its parts (a strict check's error fails it).
         sources: what its import is made from (at most one), recorded in its manifest entry.
     """
-    out = config.output_of(root)
     strict = [FailureRecord(root, rel, f.episode_index, f.file, "quality", quality.message(f))
               for f in findings if f.severity == quality.ERROR]
     outcome = sinks.sink(config.sink).commit(out, root, rel, results, tuple(duplicates) + tuple(strict))

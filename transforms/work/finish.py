@@ -18,7 +18,7 @@ from transforms.output import journal, paths, safety, sinks, writes
 from transforms.output.incremental import KeptFile
 from transforms.output.index_shards import final_media_index, stale_media_index_files
 from transforms.work.counted import Counted
-from transforms.work.messages import DatasetReport, ImportConfig, VideoFailure, internal_record
+from transforms.work.messages import DatasetReport, ImportConfig, VideoFailure, internal_record, output_root
 
 _LOG = logging.getLogger(__name__)
 
@@ -47,7 +47,7 @@ class DatasetFinisher(Counted):
                 return self._unfinished(root, ex)
             for note in doc["notes"]:  # the summary prints them (-v: here too, as they are found)
                 _LOG.debug("%s: %s", root, note)
-            return self._write(root, doc, failures)
+            return self._write(root, output_root(report.outputs, f"dataset {root}"), doc, failures)
 
     def finish_after_bug(self, root: str, report: DatasetReport, exc_info) -> Optional[dict]:
         """Finishing the dataset raised: write what is known (every failure, the outcomes as they are) and
@@ -58,15 +58,17 @@ class DatasetFinisher(Counted):
         if named is not None and named[0] in UNFINISHED_RULES:
             return self._unfinished(root, LeRobotImportError(named[0], named[1].split("] ", 1)[-1]))
         _LOG.error("finishing %s failed%s: %s", root, "" if named else " unexpectedly", exc_info[1])
+        if len(set(report.outputs)) != 1:  # no output to write to: the error above is all there is to say
+            _LOG.error("%s: no single output root reached its finish step (%s)", root, sorted(set(report.outputs)))
+            return None
         outcomes = list(report.outcomes)
         failures = list(report.failures) + [internal_record(exc_info, dataset=root, episodes_file=None)]
         doc = writes.manifest(root, None, outcomes, started_at=self._config.started_at,
                               finished_at=writes.now_iso(), dataset_failures=failures, run_id=self._config.run_id,
                               options=self._config.output_options())
-        return self._write(root, doc, [f for o in outcomes for f in o.failures] + failures)
+        return self._write(root, report.outputs[0], doc, [f for o in outcomes for f in o.failures] + failures)
 
-    def _write(self, root: str, doc: dict, failures: list[FailureRecord]) -> Optional[dict]:
-        out = self._config.output_of(root)
+    def _write(self, root: str, out: str, doc: dict, failures: list[FailureRecord]) -> Optional[dict]:
         # Every text the output holds passes the one redaction (records already did; warnings, notes and
         # the dataset's own strings in the manifest too).
         rows = writes.errors_jsonl(failures).decode()
@@ -125,7 +127,7 @@ def finish_dataset(config: ImportConfig, root: str, report: DatasetReport) -> tu
     """
     outcomes = list(report.outcomes)
     dataset_failures = sorted(report.failures, key=FailureRecord.sort_key)
-    out = config.output_of(root)
+    out = output_root(report.outputs, f"dataset {root}")
     shards, video_versions = final_media_index(report.index_kept, report.index_files, report.video_versions)
     if config.inline_index:
         shards = []
@@ -177,7 +179,7 @@ def record_quality(config: ImportConfig, root: str, doc: dict, report: DatasetRe
     Returns:
         The errors of the strict checks among the dataset's own findings (rule `quality`), counted in the doc.
     """
-    out = config.output_of(root)
+    out = output_root(report.outputs, f"dataset {root}")
     entries = doc["episodes_files"]
     checked = {q.episodes_file: q for q in report.quality}
     counts = {c.episodes_file: c for c in report.file_counts}

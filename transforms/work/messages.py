@@ -1,7 +1,9 @@
 """The run's configuration and the small typed elements that flow between the import's steps.
 
 Keys are tuples of primitives (deterministic coders): a dataset is its root URI, an episodes file
-`(root, episodes file)`, a part `(root, episodes file, part number)`, an MP4 `(root, MP4 path)`.
+`(root, episodes file)`, a part `(root, episodes file, part number)`, an MP4 `(root, MP4 path)`. A dataset
+enters the import with its output root (`(root, output root)`, as `ImportConfig.targets` pairs them), and
+every element a step needs to write with carries that output root on: no step looks it up.
 Values are frozen records holding paths, ranges and results, never more data than one episode's
 frames. What a step receives from several others is one record type whose fields are tuples
 (`PartInputs`, `FileInputs`, `DatasetReport`): each sender fills the field it knows, and the receiver
@@ -19,7 +21,7 @@ from typing import Iterable, Optional
 from transforms.episode.clips import Mp4File
 from transforms.output.incremental import KeptFile
 from transforms.output.sinks import DEFAULT_SINK
-from transforms.output.index_shards import ShardOutcome, ShardRecord
+from transforms.output.index_shards import MediaIndexRow, ShardOutcome, ShardRecord
 from transforms.episode.outcomes import FileOutcome, PartResult
 from transforms.episode.quirks import ClipSpan, WarningRecord
 from transforms.lerobot.fingerprint import Fingerprint
@@ -61,13 +63,6 @@ class ImportConfig:
             options["strict"] = sorted(self.strict)
         return options
 
-    def output_of(self, dataset: str) -> str:
-        """The output root of a dataset of this run."""
-        for root, out in self.targets:
-            if root == dataset:
-                return out
-        raise KeyError(dataset)
-
 
 @functools.lru_cache(maxsize=64)
 def _load_info_cached(root: str, skip_videos: bool) -> DatasetInfo:
@@ -88,6 +83,7 @@ class PartHeader:
     plan: PartPlan
     num_parts: int
     rows: tuple[EpisodeRow, ...]
+    output: str  # the dataset's output root
 
 
 @dataclasses.dataclass(frozen=True)
@@ -100,6 +96,7 @@ class ClipUse:
     fps: Optional[float]  # info.json's frame rate
     clips: tuple[ClipSpan, ...]
     depth: bool = False  # info.json declares the camera a depth map (`is_depth_map`)
+    output: str = ""  # the dataset's output root (its media_index/ shards; "" where nothing is written)
 
     @property
     def first_episode(self) -> int:
@@ -125,6 +122,7 @@ class Mp4Version:
     token: str
     carried: bool = False
     shared: bool = False
+    output: str = ""  # the dataset's output root (where the carried row's shard is)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -141,6 +139,15 @@ class ShardTouch:
     replaced by the rows read this run)."""
 
     keep: frozenset[str]
+    output: str  # the dataset's output root
+
+
+@dataclasses.dataclass(frozen=True)
+class ShardRow:
+    """A media_index/ row read this run, going to its shard's writer with the output root it is written to."""
+
+    row: MediaIndexRow
+    output: str
 
 
 @dataclasses.dataclass(frozen=True)
@@ -166,6 +173,19 @@ class _Merged:
             for name, values in fields.items():
                 values.extend(getattr(record, name))
         return cls(**{name: tuple(values) for name, values in fields.items()})
+
+
+def output_root(outputs: Iterable[str], what: str) -> str:
+    """The one output root merged records name (`FileInputs.outputs`, `DatasetReport.outputs`).
+
+    Raises:
+        LeRobotImportError: none names one (rule `internal`: a step dropped it), naming `what`.
+    """
+    found = set(outputs)
+    if len(found) != 1:
+        raise LeRobotImportError("internal", f"{what}: {len(found)} output roots reached it ({sorted(found)}), "
+                                 "not one; please report it")
+    return found.pop()
 
 
 @dataclasses.dataclass(frozen=True)
@@ -204,6 +224,7 @@ class FileInputs(_Merged):
     findings: tuple[Finding, ...] = ()  # what the quality checks found in its parts
     sources: tuple[EpisodesFileSources, ...] = ()  # what its import is made from (recorded as it commits)
     committed: tuple[CommittedFile, ...] = ()  # committed by the writer of its last part
+    outputs: tuple[str, ...] = ()  # the dataset's output root, as each sender knows it
 
 
 @dataclasses.dataclass(frozen=True)
@@ -233,6 +254,7 @@ class DatasetReport(_Merged):
     file_counts: tuple[FileCounts, ...] = ()  # per episodes file planned: what it lists
     quality: tuple[FileQuality, ...] = ()  # per episodes file checked: its findings' summary
     notes: tuple[str, ...] = ()  # dataset-level notes for the manifest (what the run found damaged and repairs)
+    outputs: tuple[str, ...] = ()  # the dataset's output root (from the check step)
 
 
 def error_record(ex: LeRobotImportError, *, dataset: str, episodes_file: Optional[str]) -> FailureRecord:

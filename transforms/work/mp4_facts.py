@@ -23,7 +23,7 @@ from transforms.lerobot.info import INDEXED_CODECS
 from transforms.mp4 import arrow
 from transforms.output.index_shards import MediaIndexRow, ShardRows
 from transforms.work.counted import Counted
-from transforms.work.messages import (ClipUse, DatasetReport, ImportConfig, Mp4Version, PartInputs, PartMp4,
+from transforms.work.messages import (ShardRow, ClipUse, DatasetReport, ImportConfig, Mp4Version, PartInputs, PartMp4,
                                       VideoFailure, error_record, load_info)
 
 _LOG = logging.getLogger(__name__)
@@ -37,7 +37,7 @@ class Mp4Result:
     """What one MP4 tells the other steps."""
 
     to_parts: tuple[tuple[tuple[str, str, int], PartInputs], ...] = ()  # per part: the facts, or why it fails
-    index_row: Optional[MediaIndexRow] = None  # the row read for media_index/ (not for a carried row)
+    index_row: Optional[ShardRow] = None  # the row read for media_index/ (not for a carried row), with its output
     report: Optional[DatasetReport] = None  # warnings, the MP4's token, or the MP4 unusable
 
 
@@ -72,7 +72,7 @@ class Mp4FactsReader(Counted):
         for use in uses:
             first_episode[use.part] = min(use.first_episode, first_episode.get(use.part, use.first_episode))
         build_index = any(u.codec in INDEXED_CODECS for u in uses)
-        facts = self._carried_facts(root, rel) if known.carried and build_index else None
+        facts = self._carried_facts(root, rel, known.output) if known.carried and build_index else None
         read = facts is None
         try:
             if read:
@@ -94,17 +94,16 @@ class Mp4FactsReader(Counted):
                          for part, samples in sorted(part_samples(rel, facts.index, uses).items()))
         row = None
         if read and facts.index is not None and not self._config.inline_index:
-            row = MediaIndexRow.of(root, rel, facts.uri, facts.size, known.token, facts.index)
+            row = ShardRow(MediaIndexRow.of(root, rel, facts.uri, facts.size, known.token, facts.index), uses[0].output)
         report = DatasetReport(warnings=tuple(_file_warnings(root, rel, uses, facts, shared=known.shared)),
                                video_versions=((rel, known.token),) if read else ())
         return Mp4Result(to_parts, row, report if report.warnings or report.video_versions else None)
 
-    def _carried_facts(self, root: str, rel: str) -> Optional[Mp4File]:
-        """The facts of an unchanged MP4 from its row in the old shard (no read of the MP4), or None when
-        the row is not there (then the MP4 is read, and its shard rewritten with the row)."""
+    def _carried_facts(self, root: str, rel: str, out: str) -> Optional[Mp4File]:
+        """The facts of an unchanged MP4 from its row in the old shard of output `out` (no read of the MP4), or
+        None when the row is not there (then the MP4 is read, and its shard rewritten with the row)."""
         if self._config.inline_index:
             return None
-        out = self._config.output_of(root)
         shards = self._shards.setdefault(out, ShardRows(out))
         uri = storage.join(root, rel)
         try:

@@ -135,12 +135,12 @@ class PartWriter(Counted):
                 else:
                     written = dataclasses.replace(written, findings=pending.findings)
                     if facts is not None and written.results and written.results[0].tmp_uri:
-                        written = self._commit_if_last((root, rel), written, facts)
+                        written = self._commit_if_last((root, rel), pending.header.output, written, facts)
             return (root, rel), written
         except Exception:  # noqa: BLE001 - as in `write_unit`: the part fails alone
             return _part_bug(pending.key, pending.inputs, sys.exc_info())
 
-    def _commit_if_last(self, file_key: tuple[str, str], written: FileInputs, facts) -> FileInputs:
+    def _commit_if_last(self, file_key: tuple[str, str], out: str, written: FileInputs, facts) -> FileInputs:
         """Commit the part's episodes file when this was its last part to be written: the file's outcome,
         else the part's result (for a later worker, or `CommitEpisodesFiles`)."""
         root, rel = file_key
@@ -150,19 +150,20 @@ class PartWriter(Counted):
         result = written.results[0]
         with stopping.output_work():
             if result.num_parts == 1:
-                done = commit_file(self._config, root, rel, written.results, (), written.findings, known.sources)
+                done = commit_file(self._config, root, rel, out, written.results, (), written.findings,
+                                   known.sources)
             else:
-                parts = self._all_parts(root, rel, result, written.findings)
+                parts = self._all_parts(root, rel, out, result, written.findings)
                 if parts is None:
                     return written
-                done = commit_file(self._config, root, rel, parts[0], (), parts[1], known.sources)
+                done = commit_file(self._config, root, rel, out, parts[0], (), parts[1], known.sources)
         self._counters["files_committed_early"].inc()
         return FileInputs(committed=(done,))
 
-    def _all_parts(self, root: str, rel: str, result: PartResult, findings) -> Optional[tuple[list, list]]:
+    def _all_parts(self, root: str, rel: str, out: str, result: PartResult, findings
+                   ) -> Optional[tuple[list, list]]:
         """Record a part of a file of several parts; when every part is recorded and this worker wins the
         file's commit claim, (every part's result, every part's findings), else None."""
-        out = self._config.output_of(root)
         journal.record_part(out, run_id=self._config.run_id, episodes_file=rel, part=result.part,
                             result=part_record(result, findings))
         recorded = journal.recorded_parts(out, self._config.run_id, rel, result.num_parts)
@@ -274,8 +275,7 @@ class PartWriter(Counted):
     def _write(self, header: PartHeader, encoded: sinks.Encoded, n_frames: int,
                dropped: tuple[FailureRecord, ...] = ()) -> FileInputs:
         with stopping.output_work():
-            tmp = self._sink.stage(self._config.output_of(header.dataset), header.episodes_file, header.plan.part,
-                                   header.num_parts, encoded)
+            tmp = self._sink.stage(header.output, header.episodes_file, header.plan.part, header.num_parts, encoded)
         self._counters["episodes"].inc(len(header.rows))
         self._counters["frames"].inc(n_frames)
         self._counters["parts_written"].inc()
@@ -389,7 +389,7 @@ def _part_result(header: PartHeader, **written) -> FileInputs:
     return FileInputs(results=(PartResult(
         dataset=header.dataset, episodes_file=header.episodes_file, part=header.plan.part,
         num_parts=header.num_parts, episode_indices=tuple(r.episode_index for r in header.rows),
-        data_bytes=header.plan.data_bytes, oversized=header.plan.oversized, **written),))
+        data_bytes=header.plan.data_bytes, oversized=header.plan.oversized, **written),), outputs=(header.output,))
 
 
 def _failed_part(header: PartHeader, failures: Iterable[FailureRecord]) -> FileInputs:

@@ -46,18 +46,20 @@ class EpisodesFilePlanner:
         self._sizes: dict[tuple[str, str], int] = {}
         self._layouts: dict[tuple[str, str], Optional[episodes_files.RowGroupLayout]] = {}
 
-    def plan(self, root: str, rel: str, read: Optional[Sequence[episodes_files.EpisodeRow]] = None) -> PlannedFile:
+    def plan(self, root: str, rel: str, out: str, read: Optional[Sequence[episodes_files.EpisodeRow]] = None
+             ) -> PlannedFile:
         """An episodes file planned, or its failure (every episode accounted).
 
         Args:
             root: the dataset root URI.
             rel: the episodes file (or v2.x group), relative to the root.
+            out: the dataset's output root (its parts' headers and clip uses carry it on).
             read: its rows as the check step read them (then the file is not read again).
         """
         planned = self._plan(root, rel, read)
         if isinstance(planned, DatasetReport):
             return PlannedFile(report=planned, failed=True)
-        return planned_file(root, rel, *planned)
+        return planned_file(root, rel, out, *planned)
 
     def _data_file_size(self, root: str, rel: str) -> int:
         """A data file's size, asked of storage once per worker: many episodes files share a data file."""
@@ -101,7 +103,7 @@ class EpisodesFilePlanner:
                                                        [error_record(ex, dataset=root, episodes_file=rel)]),))
 
 
-def planned_file(root: str, rel: str, info: DatasetInfo, rows: Sequence[episodes_files.EpisodeRow],
+def planned_file(root: str, rel: str, out: str, info: DatasetInfo, rows: Sequence[episodes_files.EpisodeRow],
                  parts: Sequence[episodes_files.PartPlan]) -> PlannedFile:
     """Per part: its header, its clip uses per MP4, its episode ids; the file's warnings and counts."""
     by_position = {r.position: r for r in rows}
@@ -109,9 +111,9 @@ def planned_file(root: str, rel: str, info: DatasetInfo, rows: Sequence[episodes
     for plan in parts:
         key = (root, rel, plan.part)
         part_rows = tuple(by_position[p] for p in plan.positions)
-        to_parts.append((key, PartInputs(headers=(PartHeader(root, rel, plan, len(parts), part_rows),))))
+        to_parts.append((key, PartInputs(headers=(PartHeader(root, rel, plan, len(parts), part_rows, out),))))
         episode_ids.extend(((root, row.episode_index), rel) for row in part_rows)
-        uses.extend(((root, mp4), use) for mp4, use in clip_uses(key, part_rows, info))
+        uses.extend(((root, mp4), use) for mp4, use in clip_uses(key, part_rows, info, out))
     warnings = quirks.clip_end_warnings(root, rel, rows, info.fps) + quirks.oversized_episode_warnings(
         root, rel, rows, parts)
     counts = FileCounts(rel, len(rows), sum(r.length for r in rows),
@@ -121,7 +123,7 @@ def planned_file(root: str, rel: str, info: DatasetInfo, rows: Sequence[episodes
 
 
 def clip_uses(part: tuple[str, str, int], rows: Sequence[episodes_files.EpisodeRow],
-              info: DatasetInfo) -> list[tuple[str, ClipUse]]:
+              info: DatasetInfo, out: str) -> list[tuple[str, ClipUse]]:
     """(MP4, the part's clips in it) for every MP4 a part's episodes use, in first-use order."""
     features = info.video_features  # a computed property: asked once, not per row
     found: dict[str, tuple] = {}
@@ -132,7 +134,7 @@ def clip_uses(part: tuple[str, str, int], rows: Sequence[episodes_files.EpisodeR
             if feature.name not in depth:
                 depth[feature.name] = is_depth(feature.info)
             spans.append(ClipSpan(part[1], row.episode_index, clip.from_timestamp, clip.to_timestamp, row.length))
-    return [(mp4, ClipUse(part, camera, codec, info.fps, tuple(spans), depth=depth[camera]))
+    return [(mp4, ClipUse(part, camera, codec, info.fps, tuple(spans), depth=depth[camera], output=out))
             for mp4, (camera, codec, spans) in found.items()]
 
 
