@@ -168,6 +168,26 @@ def test_plan_uses_the_rows_the_check_step_read(tmp_path):
                     equal_to([((root, FILE0, 0), [0]), ((root, FILE1, 0), [1])]), label="headers")
 
 
+def test_a_plan_that_raises_on_rows_the_check_step_read_fails_that_file_as_internal(tmp_path, monkeypatch):
+    """The safety net's handler unpacks every shape of planning's input, the rows the check step read included."""
+    from transforms.work.messages import ReadRows
+    from transforms.work.planner import EpisodesFilePlanner
+
+    def broken(self, root, rel, out, read=None):
+        raise RuntimeError(f"planning {rel} broke")
+
+    monkeypatch.setattr(EpisodesFilePlanner, "plan", broken)
+    root, out = "memory://ds", "memory://out"
+    config = ImportConfig(targets=((root, out),))
+    with _pipeline() as p:
+        plans = p | beam.Create([(root, FILE0, out, ReadRows(())), (root, FILE1, out)]) | PlanEpisodesFiles(config)
+        assert_that(plans.reports | beam.FlatMapTuple(lambda r, rep: [
+                        (r, o.episodes_file, o.status, [(f.rule, f"planning {o.episodes_file} broke" in f.message)
+                                                        for f in o.failures]) for o in rep.outcomes]),
+                    equal_to([(root, FILE0, "failed", [("internal", True)]),
+                              (root, FILE1, "failed", [("internal", True)])]))
+
+
 # ---- ReadMp4Facts ----------------------------------------------------------------------------------
 
 
