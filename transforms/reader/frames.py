@@ -66,6 +66,7 @@ from transforms.lerobot import depth as depth_lib
 from transforms.lerobot.tasks import TASKS_PATH, frame_tasks, read_tasks
 from transforms.episode import spql_types
 from transforms.reader.episode import Episode, camera_handle, field_values
+from transforms.reader.decoder import Decoder
 from transforms.reader.gop_cache import GopCache
 from transforms.reader.import_reader import ImportReader, _parquet_read, _read_manifest
 from transforms.reader.seek import DEFAULT_TOLERANCE, ReaderError, TrackTables, VideoHandle
@@ -119,16 +120,6 @@ def closure_starts(track: TrackTables, samples: np.ndarray) -> np.ndarray:
     start = track.gop_start[g]
     leading = (g > 0) & (track.pts[s] < track.pts[start])
     return np.where(leading, track.gop_start[np.maximum(g - 1, 0)], start).astype(np.int64)
-
-
-def _load_decoder_modules() -> None:
-    """Import PyAV's decoding and conversion modules now, in the process that makes the dataset: a forked
-    DataLoader worker then starts with them (~65 ms each worker would spend on its first item otherwise)."""
-    try:
-        import av  # noqa: F401
-        from av.video.reformatter import VideoReformatter  # noqa: F401
-    except ImportError:  # the first video item says what is missing
-        pass
 
 
 # ------------------------------------------------------------------------------------------------
@@ -389,6 +380,8 @@ class ImportedFrames(_Dataset):
             and depth cameras are float32 either way, as LeRobot returns them).
         depth_unit: the unit of depth cameras' frames, "mm" (LeRobot's default `depth_output_unit`, whole
             millimetres) or "m".
+        decoder: what decodes the cameras' samples (`transforms.reader.decoder.Decoder`; default: PyAV's software
+            decoders, `decoder.default_decoder()`); it must give LeRobot's RGB24 pixels.
     Raises:
         FramesError: unknown `delta_timestamps` keys or episodes, offsets that are not whole frames.
         ReaderError: the import cannot be read.
@@ -400,7 +393,8 @@ class ImportedFrames(_Dataset):
                  recipe: Any = None, tolerance_s: float = DEFAULT_TOLERANCE,
                  allowed_roots: Optional[Sequence[str]] = None, cache_gops: int = 8,
                  camera_dtype: str = "float32", dataset_root: Optional[str] = None,
-                 decode_threads: Optional[int] = None, depth_unit: str = "mm") -> None:
+                 decode_threads: Optional[int] = None, depth_unit: str = "mm",
+                 decoder: Optional[Decoder] = None) -> None:
         _torch()
         if decode_threads is not None and not (isinstance(decode_threads, int) and decode_threads >= 1):
             raise FramesError(f"decode_threads={decode_threads!r:.100} is not a whole number >= 1 (or None: one "
@@ -419,7 +413,7 @@ class ImportedFrames(_Dataset):
         self.image_transforms = image_transforms
         self.delta_timestamps, episodes = check_arguments(delta_timestamps, episodes, self.tolerance_s)
         self._init_process()
-        self._gops = GopCache(cache_gops)
+        self._gops = GopCache(cache_gops, decoder=decoder)
         manifest = _read_manifest(self.root)
         self.dataset_root = manifest.dataset if manifest is not None else None
         self.moved_to = None if dataset_root is None else storage.normalize_root(str(dataset_root))
@@ -441,7 +435,7 @@ class ImportedFrames(_Dataset):
         self.camera_keys = self.cameras + self.image_keys
         self.has_language = any(f.name in LANGUAGE_FIELDS for f in schema.field("frames").type.value_type)
         if self.cameras:
-            _load_decoder_modules()
+            self._gops.decoder.preload()  # in this process: forked workers start with it
         self._scan(episodes)
         self.fps: Optional[float] = None
         self.delta_indices: Optional[dict[str, list[int]]] = None
