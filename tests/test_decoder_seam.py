@@ -39,7 +39,7 @@ class _Session:
 
 
 class FakeDecoder:
-    """A picture's pixels are its presentation time mod 251, 4 x 6 x 3."""
+    """A picture's pixels are its presentation time mod 251, 3 x 4 x 6."""
 
     def __init__(self, fail: bool = False) -> None:
         self.fail, self.sessions, self.samples = fail, 0, 0
@@ -49,7 +49,7 @@ class FakeDecoder:
         return _Session(self)
 
     def pixels(self, picture):
-        return np.full((4, 6, 3), picture[1] % 251, np.uint8)
+        return np.full((3, 4, 6), picture[1] % 251, np.uint8)
 
     def picture_bytes(self, picture):
         return 72

@@ -7,9 +7,10 @@ asks the decoder for each picture it returns as pixels. What the decoder is (PyA
 GPU decoder where one is present) is chosen in one place, `default_decoder()`, or given as
 `ImportedFrames(decoder=...)`; item building (windows, float conversion, depth, transforms) never sees it.
 
-A decoder must hand back what LeRobot's decoders give for the same sample: RGB24 H x W x 3 uint8 for a
-colour track (BT.601 limited range, as FFmpeg's `rgb24` conversion), a depth map's codes as H x W x 1
-uint16 for a track of more-than-8-bit grey pictures. The items' equality tests against LeRobot's recorded
+A decoder must hand back what LeRobot's decoders give for the same sample: for a colour track its RGB values
+(BT.601 limited range, as FFmpeg's `rgb24` conversion gives them) as contiguous 3 x H x W uint8, channels
+first as the items hold them; a depth map's codes as H x W x 1 uint16 for a track of more-than-8-bit grey
+pictures. The items' equality tests against LeRobot's recorded
 items hold any decoder to that.
 """
 
@@ -46,7 +47,7 @@ class Decoder(Protocol):
         """A session for `track`'s codec and configuration (its extradata), decoding with `threads` threads."""
 
     def pixels(self, picture: Any) -> np.ndarray:
-        """A picture as RGB24 H x W x 3 uint8 (a depth map's codes: H x W x 1 uint16)."""
+        """A picture's RGB values as contiguous 3 x H x W uint8 (a depth map's codes: H x W x 1 uint16)."""
 
     def picture_bytes(self, picture: Any) -> int:
         """Bytes a picture holds while it is kept undecoded to pixels (for the cache's memory bound)."""
@@ -85,9 +86,15 @@ class _PyAVSession:
 
 
 class PyAVDecoder:
-    """FFmpeg's software decoders through PyAV (libdav1d for AV1, FFmpeg's h264 and hevc), converted to RGB24
-    by swscale, one converter per picture geometry (a picture's own `to_ndarray(format=...)` sets up a new
-    scaler each time, which costs more than decoding a small frame; the pixels are the same either way)."""
+    """FFmpeg's software decoders through PyAV (libdav1d for AV1, FFmpeg's h264 and hevc), converted to RGB by
+    swscale, one converter per picture geometry (a picture's own `to_ndarray(format=...)` sets up a new
+    scaler each time, which costs more than decoding a small frame; the pixels are the same either way).
+
+    The conversion is to planar RGB (`gbrp`), not packed `rgb24`: swscale computes the same values (equal on
+    every frame of the test datasets, and the items' equality tests against LeRobot hold it to that), in
+    about the same time, but each channel comes out as its own plane, so the picture is channels-first
+    (C x H x W, as an item holds it) with no transposing copy, and the float conversion and the DataLoader's
+    collation then walk contiguous memory."""
 
     name = "pyav"
 
@@ -112,7 +119,12 @@ class PyAVDecoder:
         if convert is None:
             from av.video.reformatter import VideoReformatter
             convert = self._converters[key] = VideoReformatter()
-        return convert.reformat(picture, format="rgb24", threads=1).to_ndarray()
+        planar = convert.reformat(picture, format="gbrp", threads=1)
+        h, w = planar.height, planar.width
+        out = np.empty((3, h, w), np.uint8)
+        for channel, plane in zip((1, 2, 0), planar.planes):  # gbrp's planes are G, B, R
+            out[channel] = np.frombuffer(plane, np.uint8).reshape(h, plane.line_size)[:, :w]
+        return out
 
     def picture_bytes(self, picture: Any) -> int:
         return sum(p.buffer_size for p in picture.planes)

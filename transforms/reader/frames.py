@@ -10,9 +10,8 @@ layout) one item per frame, in the import's episode order. Item `i` is the dict 
   strings; `timestamp`, `frame_index`, `episode_index`, `index`, `task_index` included;
 * each camera (video features and image features) as float32 C x H x W in [0, 1] (`uint8 / 255`;
   with `camera_dtype="uint8"`, LeRobot's `return_uint8=True`, a video camera's uint8 values themselves, to
-  convert on the training device; image features stay float32 then, as LeRobot returns them); a
-  video frame's tensor is a channels-first view of channels-last memory (no transposing copy), equal
-  to LeRobot's contiguous one, and `default_collate` batches are contiguous;
+  convert on the training device; image features stay float32 then, as LeRobot returns them), contiguous
+  as LeRobot's (the decoder converts to planar RGB, so no transposing copy is made);
 * each depth camera (`is_depth_map` in info.json; video of 12-bit codes, or 16-bit TIFF images) as
   LeRobot 0.6.1 returns it in every mode: float32 1 x H x W depth, de-quantized from the codes with the
   camera's depth_min / depth_max / shift / use_log, in millimetres rounded to whole ones (`depth_unit="m"`:
@@ -832,22 +831,16 @@ class ImportedFrames(_Dataset):
             out = torch.from_numpy(depth).permute(0, 3, 1, 2)
             return out[0] if one else out
         if self.camera_dtype == "uint8":  # a copy: the frames are the cache's
-            if one:
-                return torch.from_numpy(first.copy()).permute(2, 0, 1)
-            return torch.from_numpy(np.stack(frames)).permute(0, 3, 1, 2)
-        # uint8 -> float32 / 255 as LeRobot computes it (the same IEEE division, so the same bits), in the
-        # decoder's channels-last memory order, then viewed channels-first: converting the channels-first
-        # view instead walks memory with a stride of 3 (8x slower for a 320x240 frame), and making the tensor
-        # contiguous C x H x W (as LeRobot's decoders hand it over) would cost a transposing copy, about as
-        # much again as the decode of a small frame. The values, dtype and shape are LeRobot's; only the
-        # strides differ, and `default_collate` stacks items into a contiguous batch. numpy divides straight
-        # into the item's tensor, one pass over each frame (casting in cache-sized blocks) where a cast to
-        # float32 and then a division would walk the float32 frame twice.
+            return torch.from_numpy(first.copy()) if one else torch.from_numpy(np.stack(frames))
+        # uint8 -> float32 / 255 as LeRobot computes it (the same IEEE division, so the same bits); the frames
+        # are channels-first already (the decoder's planar RGB), so numpy divides straight into the item's
+        # contiguous tensor, one pass over each frame (casting in cache-sized blocks) where a cast to float32
+        # and then a division would walk the float32 frame twice.
         out = torch.empty((len(frames), *first.shape), dtype=torch.float32)
         dst = out.numpy()
         for k, frame in enumerate(frames):
             np.divide(frame, _255, out=dst[k])
-        return out[0].permute(2, 0, 1) if one else out.permute(0, 3, 1, 2)
+        return out[0] if one else out
 
     def _threads(self) -> int:
         if self.decode_threads is not None:

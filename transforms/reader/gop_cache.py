@@ -8,7 +8,7 @@ closure (up to the frame) with one batch of range reads from the MediaIndex's of
 decodes only as far as the frames asked so far; a later request for a frame further into the same
 GOP fetches the rest of the GOP and resumes the same decoder instead of starting over. Every frame a
 stream outputs is kept, so any frame of a cached GOP is answered without decoding again; it is kept
-as the decoder gave it (YUV) and turned into RGB (H x W x 3 uint8) only when it is asked for: random
+as the decoder gave it (YUV) and turned into RGB (3 x H x W uint8) only when it is asked for: random
 reads take one frame of each GOP they decode, and converting the frames decoded on the way to it
 would cost more than decoding them (the YUV frame is also half the size of the RGB one).
 
@@ -208,7 +208,7 @@ class GopCache:
 
     def frames(self, uri: str, track: TrackTables, samples: np.ndarray,
                firsts: Optional[np.ndarray] = None) -> list[np.ndarray]:
-        """The RGB frames (H x W x 3 uint8; a depth map's codes, H x W x 1 uint16) of decode indices `samples` of
+        """The RGB frames (3 x H x W uint8; a depth map's codes, H x W x 1 uint16) of decode indices `samples` of
         the file `uri`.
 
         Args:
