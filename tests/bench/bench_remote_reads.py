@@ -11,8 +11,10 @@ every request, as a store's round trip), and times `DataLoader(ImportedFrames(..
 shuffle=True, batch_size=8)` over `--items` items after its first batch, items/s (wall): `local` reads the
 dataset from disk, `gs` the same import with `dataset_root=gs://...` (every MP4 byte and meta/ file from the
 bucket), once per `--read-ahead` setting (ImportedFrames' `read_ahead=`, 0 = off). Each side runs in its own
-interpreter; the sides alternate, reversed every other round. Prints each round and the medians, the ratio
-gs / local, and `uptime` before and after.
+interpreter; `delayed` reads the same files from disk through an fsspec filesystem that only adds the
+delay (the emulator spends CPU on each request, on the same cores as the reader). The sides alternate,
+reversed every other round. Prints each round, the medians, each side's ratio to local, and `uptime` before and
+after.
 
 First batch: the seconds from `ImportedFrames(IMPORT)` to the first batch of the two-worker shuffled loader
 (construction, loader creation, worker start, the first batch), each round in a fresh interpreter, and each
@@ -57,9 +59,57 @@ def _children(pid: int) -> list[int]:
         return []
 
 
+def _delayed_filesystem():
+    """`delayed://PATH`: the local file PATH, each request (a read of a range, a stat, a listing, an open) answered
+    BENCH_DELAY seconds late, with nothing else between the reader and the bytes (the emulator's own CPU cost per
+    request, on the same two cores, is left out)."""
+    import fsspec
+    from fsspec.implementations.local import LocalFileSystem
+    from fsspec.spec import AbstractFileSystem
+
+    delay = float(os.environ.get("BENCH_DELAY", "0.02"))
+
+    class DelayedFileSystem(AbstractFileSystem):
+        protocol = ("delayed",)
+        root_marker = "/"
+
+        def __init__(self, **kwargs):
+            super().__init__(**kwargs)
+            self.local = LocalFileSystem()
+
+        @classmethod
+        def _strip_protocol(cls, path):
+            if isinstance(path, str) and path.startswith("delayed://"):
+                path = path[len("delayed://"):]
+            return LocalFileSystem._strip_protocol(path)
+
+        def unstrip_protocol(self, name):
+            return "delayed://" + name
+
+        def cat_file(self, path, start=None, end=None, **kwargs):
+            time.sleep(delay)
+            return self.local.cat_file(self._strip_protocol(path), start=start, end=end)
+
+        def info(self, path, **kwargs):
+            time.sleep(delay)
+            return self.local.info(self._strip_protocol(path))
+
+        def ls(self, path, detail=True, **kwargs):
+            time.sleep(delay)
+            return self.local.ls(self._strip_protocol(path), detail=detail)
+
+        def _open(self, path, mode="rb", **kwargs):
+            time.sleep(delay)
+            return self.local._open(self._strip_protocol(path), mode=mode)
+
+    fsspec.register_implementation("delayed", DelayedFileSystem, clobber=True)
+
+
 def child(spec: dict) -> dict:
     """One timed run, in this interpreter: items/s of the shuffled two-worker loader, or the first batch."""
     import torch
+
+    _delayed_filesystem()
 
     torch.set_num_threads(1)
     from transforms.reader import ImportedFrames
@@ -162,10 +212,13 @@ def remote_main(args) -> int:
         env["FSSPEC_CONFIG_DIR"] = str(work / "fsspec-conf")
         Path(env["FSSPEC_CONFIG_DIR"]).mkdir(exist_ok=True)
         (Path(env["FSSPEC_CONFIG_DIR"]) / "conf.json").write_text(json.dumps(conf))
+        env["BENCH_DELAY"] = str(args.delay)
         sides = [{"name": "local", "import": str(out), "dataset_root": str(ds_root), "read_ahead": None}]
-        for ra in args.read_ahead or [None]:
-            sides.append({"name": f"gs read_ahead={ra if ra is not None else 'default'}", "import": str(out),
-                          "dataset_root": f"gs://{BUCKET}/ds", "read_ahead": ra})
+        stores = {"gs": f"gs://{BUCKET}/ds", "delayed": f"delayed://{ds_root}"}
+        for store in args.store or ["gs", "delayed"]:
+            for ra in args.read_ahead or [None]:
+                sides.append({"name": f"{store} read_ahead={ra if ra is not None else 'default'}", "import": str(out),
+                              "dataset_root": stores[store], "read_ahead": ra})
         results: dict[str, list] = {s["name"]: [] for s in sides}
         for r in range(args.rounds):
             order = sides if r % 2 == 0 else sides[::-1]
@@ -205,6 +258,8 @@ def main(argv=None) -> int:
     ap.add_argument("--items", type=int, default=400)
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--read-ahead", type=int, action="append", help="ImportedFrames(read_ahead=N) of a gs side")
+    ap.add_argument("--store", action="append", choices=["gs", "delayed"],
+                    help="gs: the emulator's bucket; delayed: the local files behind a delay alone (default: both)")
     ap.add_argument("--first-batch", default=None, help="time the first batch of this import instead")
     ap.add_argument("--child", default=None, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
