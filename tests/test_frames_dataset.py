@@ -135,7 +135,7 @@ def test_random_order_items_equal_lerobot(imports, name):
     deepest = inside[np.argmax(samples[inside] - firsts[inside])]
     s, first = int(samples[deepest]), int(firsts[deepest])
     frame = fresh.gop_cache.frames(h.uri, h.track, [s])[0]
-    assert frame.shape == (h.track.height, h.track.width, 3) and frame.dtype == np.uint8
+    assert frame.shape == (3, h.track.height, h.track.width) and frame.dtype == np.uint8
     closure = int(h.track.size[first:s + 1].sum())
     gop = int(h.track.size[first:gop_end(h.track, first) + 1].sum())
     assert closure < gop
@@ -145,20 +145,29 @@ def test_random_order_items_equal_lerobot(imports, name):
         assert fresh.bytes_read == closure
 
 
-def test_camera_tensors_are_lerobots_values_in_channels_last_memory(imports):
-    """A camera tensor is a channels-first view of the decoded channels-last pixels (LeRobot's own conversion,
-    without a transposing copy): equal to the contiguous tensor, and batched into a contiguous one."""
-    from torch.utils.data import default_collate
+@pytest.mark.parametrize("dtype", ["float32", "uint8"])
+def test_camera_tensors_are_contiguous_channels_first(imports, dtype):
+    """A camera tensor is contiguous C x H x W, as LeRobot's (the decoder's planar RGB, no transposing copy),
+    with the values of PyAV's packed rgb24 conversion, alone and in windows."""
+    import av
 
-    ds = ImportedFrames(imports("so101_av1"))
-    items = [ds[i] for i in (0, 7, 30)]
+    ds = ImportedFrames(imports("so101_av1"), camera_dtype=dtype)
+    windows = ImportedFrames(imports("so101_av1"), camera_dtype=dtype,
+                             delta_timestamps={c: [-1 / 30, 0.0] for c in ds.cameras})
     for camera in ds.cameras:
-        t = items[0][camera]
+        t, w = ds[7][camera], windows[7][camera]
         c, height, width = t.shape
-        assert c == 3 and t.stride() == (1, width * 3, 3)
-        assert torch.equal(t, t.contiguous())
-        batch = default_collate(items)[camera]
-        assert batch.is_contiguous() and torch.equal(batch, torch.stack([it[camera].contiguous() for it in items]))
+        assert c == 3 and t.is_contiguous() and t.stride() == (height * width, width, 1)
+        assert w.shape == (2, 3, height, width) and w.is_contiguous() and torch.equal(w[1], t)
+    # the planar conversion's values are packed rgb24's, frame by frame
+    prep = ds._episode(0)
+    h = ds._handle(prep, ds.cameras[0])
+    with av.open(h.uri.removeprefix("file://")) as container:
+        packed = [f.to_ndarray(format="rgb24") for f in container.decode(video=0)]
+    planar = ds.gop_cache.frames(h.uri, h.track, np.arange(len(packed)))
+    assert len(packed) >= 20
+    for a, b in zip(packed, planar):
+        assert b.shape == (3, *a.shape[:2]) and np.array_equal(b.transpose(1, 2, 0), a)
 
 
 @pytest.mark.parametrize("run", ["plain", "windows"])
@@ -400,7 +409,7 @@ def test_gop_cache_keeps_frames_within_its_byte_budget(imports):
         cache = GopCache(8, max_bytes=budget)
         first = cache.frames(h.uri, h.track, [a, b, a])
         assert cache.streams_started == starts, budget
-        assert np.array_equal(first[0], first[2]) and first[0].shape == (48, 64, 3)
+        assert np.array_equal(first[0], first[2]) and first[0].shape == (3, 48, 64)
         assert len(cache._streams) == (2 if budget > frame_bytes else 1)
 
 

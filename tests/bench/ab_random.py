@@ -12,7 +12,8 @@ falls on both sides), each in its own interpreter (PYTHONPATH = the checkout, to
 `DataLoader(num_workers=2, shuffle=True, batch_size=8)` instead (its sampler draws more than one epoch when
 `--items` exceeds the dataset). Prints items/s (wall) and items per CPU-second (the process's, and its loader
 workers') per round, and the medians. Sides beside the checkouts: `ours:uint8` (this checkout with
-`camera_dtype="uint8"`), `pyav` (a per-item PyAV open + seek + decode, float32), `floor` (each item's decode
+`camera_dtype="uint8"`; `ours:t2`, `ours:uint8:t2`: `decode_threads=2`), `pyav` (a per-item PyAV open + seek +
+decode, float32), `floor` (each item's decode
 work alone), `ceiling` (the loader's own cost of moving items) and `lerobot:BACKEND[:uint8]` (LeRobotDataset
 with that `video_backend`, `:uint8` = `return_uint8=True`, LeRobot >= 0.6's training mode), run by
 `--lerobot-python`.
@@ -37,9 +38,14 @@ FPS = 30
 def make(spec: dict):
     """The dataset a side reads: ImportedFrames, or one of bench_frames' baselines."""
     side = spec["side"]
+    kw = {}
+    if side.startswith("ours") and ":t" in side:  # ours[:uint8]:tN: decode_threads=N
+        side, threads = side.rsplit(":t", 1)
+        kw["decode_threads"] = int(threads)
     uint8 = spec["uint8"] or side.endswith(":uint8")
     side = side.removesuffix(":uint8")
-    kw = {"camera_dtype": "uint8"} if uint8 else {}
+    if uint8:
+        kw["camera_dtype"] = "uint8"
     if side.startswith("lerobot:"):  # run by a LeRobot interpreter, none of the project's code imported
         import logging
         import warnings
@@ -141,7 +147,8 @@ def main() -> None:
     ap.add_argument("import_root")
     ap.add_argument("--code", action="append", default=[], help="a checkout's root (repeat to compare)")
     ap.add_argument("--side", action="append", default=[],
-                    help="also time ours:uint8 (this checkout, camera_dtype='uint8'), pyav (per-item "
+                    help="also time ours:uint8 (this checkout, camera_dtype='uint8'; ours[:uint8]:tN: "
+                         "decode_threads=N), pyav (per-item "
                          "open+seek+decode), floor (DecodeFloor), ceiling (LoaderCeiling: copies of one item, the "
                          "loader's own cost) or lerobot:BACKEND[:uint8] (return_uint8=True)")
     ap.add_argument("--lerobot-python", default=os.environ.get("LEROBOT_PYTHON", "lerobot-venv/bin/python"),
@@ -171,7 +178,7 @@ def main() -> None:
     def run(code: str, profile: bool = False) -> dict:
         env = dict(os.environ, PYTHONPATH=code, OMP_NUM_THREADS="1", HF_HUB_OFFLINE="1")
         python, side = sys.executable, "ours"
-        if code == "ours:uint8":
+        if code.startswith("ours:"):
             side, env["PYTHONPATH"] = code, str(HERE.parents[2])
         elif code in args.side:
             side, env["PYTHONPATH"] = code, str(HERE.parents[2])

@@ -6,6 +6,7 @@
     confine.py        where a reader may read (the import root, the dataset root, given roots)
     frames.py         ImportedFrames: a PyTorch dataset of LeRobot items over an import (needs torch)
     gop_cache.py      GopCache: decoded GOPs and open video files kept per process
+    decoder.py        Decoder: the one seam to a video decoder (PyAVDecoder, chosen by default_decoder)
     samplers.py       training orders: EpisodeAwareSampler (LeRobot's), GopBlockSampler (GOP-keeping shuffle)
 """
 

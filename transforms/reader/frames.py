@@ -10,9 +10,8 @@ layout) one item per frame, in the import's episode order. Item `i` is the dict 
   strings; `timestamp`, `frame_index`, `episode_index`, `index`, `task_index` included;
 * each camera (video features and image features) as float32 C x H x W in [0, 1] (`uint8 / 255`;
   with `camera_dtype="uint8"`, LeRobot's `return_uint8=True`, a video camera's uint8 values themselves, to
-  convert on the training device; image features stay float32 then, as LeRobot returns them); a
-  video frame's tensor is a channels-first view of channels-last memory (no transposing copy), equal
-  to LeRobot's contiguous one, and `default_collate` batches are contiguous;
+  convert on the training device; image features stay float32 then, as LeRobot returns them), contiguous
+  as LeRobot's (the decoder converts to planar RGB, so no transposing copy is made);
 * each depth camera (`is_depth_map` in info.json; video of 12-bit codes, or 16-bit TIFF images) as
   LeRobot 0.6.1 returns it in every mode: float32 1 x H x W depth, de-quantized from the codes with the
   camera's depth_min / depth_max / shift / use_log, in millimetres rounded to whole ones (`depth_unit="m"`:
@@ -67,6 +66,7 @@ from transforms.lerobot.tasks import TASKS_PATH, frame_tasks, read_tasks
 from transforms.episode import spql_types
 from transforms.reader.episode import Episode, camera_handle, field_values
 from transforms.reader import read_ahead as read_ahead_lib
+from transforms.reader.decoder import Decoder
 from transforms.reader.gop_cache import GopCache
 from transforms.reader.import_reader import ImportReader, _parquet_read, _read_manifest
 from transforms.reader.seek import DEFAULT_TOLERANCE, ReaderError, TrackTables, VideoHandle
@@ -120,16 +120,6 @@ def closure_starts(track: TrackTables, samples: np.ndarray) -> np.ndarray:
     start = track.gop_start[g]
     leading = (g > 0) & (track.pts[s] < track.pts[start])
     return np.where(leading, track.gop_start[np.maximum(g - 1, 0)], start).astype(np.int64)
-
-
-def _load_decoder_modules() -> None:
-    """Import PyAV's decoding and conversion modules now, in the process that makes the dataset: a forked
-    DataLoader worker then starts with them (~65 ms each worker would spend on its first item otherwise)."""
-    try:
-        import av  # noqa: F401
-        from av.video.reformatter import VideoReformatter  # noqa: F401
-    except ImportError:  # the first video item says what is missing
-        pass
 
 
 # ------------------------------------------------------------------------------------------------
@@ -394,6 +384,8 @@ class ImportedFrames(_Dataset):
             video byte ranges fetched at once before they are built); 0: off; None (default): 16, for video files
             not on a local disk only.
         read_ahead_bytes: bytes held per process by reading ahead at most (64 MB).
+        decoder: what decodes the cameras' samples (`transforms.reader.decoder.Decoder`; default: PyAV's software
+            decoders, `decoder.default_decoder()`); it must give LeRobot's RGB24 pixels.
     Raises:
         FramesError: unknown `delta_timestamps` keys or episodes, offsets that are not whole frames.
         ReaderError: the import cannot be read.
@@ -405,7 +397,8 @@ class ImportedFrames(_Dataset):
                  recipe: Any = None, tolerance_s: float = DEFAULT_TOLERANCE,
                  allowed_roots: Optional[Sequence[str]] = None, cache_gops: int = 8,
                  camera_dtype: str = "float32", dataset_root: Optional[str] = None,
-                 decode_threads: Optional[int] = None, depth_unit: str = "mm", read_ahead: Optional[int] = None,
+                 decode_threads: Optional[int] = None, depth_unit: str = "mm",
+                 decoder: Optional[Decoder] = None, read_ahead: Optional[int] = None,
                  read_ahead_bytes: int = read_ahead_lib.DEFAULT_BYTES) -> None:
         _torch()
         if read_ahead is not None and not (isinstance(read_ahead, int) and read_ahead >= 0):
@@ -434,7 +427,7 @@ class ImportedFrames(_Dataset):
         self.image_transforms = image_transforms
         self.delta_timestamps, episodes = check_arguments(delta_timestamps, episodes, self.tolerance_s)
         self._init_process()
-        self._gops = GopCache(cache_gops)
+        self._gops = GopCache(cache_gops, decoder=decoder)
         manifest = _read_manifest(self.root)
         self.dataset_root = manifest.dataset if manifest is not None else None
         self.moved_to = None if dataset_root is None else storage.normalize_root(str(dataset_root))
@@ -456,7 +449,7 @@ class ImportedFrames(_Dataset):
         self.camera_keys = self.cameras + self.image_keys
         self.has_language = any(f.name in LANGUAGE_FIELDS for f in schema.field("frames").type.value_type)
         if self.cameras:
-            _load_decoder_modules()
+            self._gops.decoder.preload()  # in this process: forked workers start with it
         self._scan(episodes)
         self.fps: Optional[float] = None
         self.delta_indices: Optional[dict[str, list[int]]] = None
@@ -853,22 +846,16 @@ class ImportedFrames(_Dataset):
             out = torch.from_numpy(depth).permute(0, 3, 1, 2)
             return out[0] if one else out
         if self.camera_dtype == "uint8":  # a copy: the frames are the cache's
-            if one:
-                return torch.from_numpy(first.copy()).permute(2, 0, 1)
-            return torch.from_numpy(np.stack(frames)).permute(0, 3, 1, 2)
-        # uint8 -> float32 / 255 as LeRobot computes it (the same IEEE division, so the same bits), in the
-        # decoder's channels-last memory order, then viewed channels-first: converting the channels-first
-        # view instead walks memory with a stride of 3 (8x slower for a 320x240 frame), and making the tensor
-        # contiguous C x H x W (as LeRobot's decoders hand it over) would cost a transposing copy, about as
-        # much again as the decode of a small frame. The values, dtype and shape are LeRobot's; only the
-        # strides differ, and `default_collate` stacks items into a contiguous batch. numpy divides straight
-        # into the item's tensor, one pass over each frame (casting in cache-sized blocks) where a cast to
-        # float32 and then a division would walk the float32 frame twice.
+            return torch.from_numpy(first.copy()) if one else torch.from_numpy(np.stack(frames))
+        # uint8 -> float32 / 255 as LeRobot computes it (the same IEEE division, so the same bits); the frames
+        # are channels-first already (the decoder's planar RGB), so numpy divides straight into the item's
+        # contiguous tensor, one pass over each frame (casting in cache-sized blocks) where a cast to float32
+        # and then a division would walk the float32 frame twice.
         out = torch.empty((len(frames), *first.shape), dtype=torch.float32)
         dst = out.numpy()
         for k, frame in enumerate(frames):
             np.divide(frame, _255, out=dst[k])
-        return out[0].permute(2, 0, 1) if one else out.permute(0, 3, 1, 2)
+        return out[0] if one else out
 
     def _threads(self) -> int:
         if self.decode_threads is not None:

@@ -8,7 +8,7 @@ closure (up to the frame) with one batch of range reads from the MediaIndex's of
 decodes only as far as the frames asked so far; a later request for a frame further into the same
 GOP fetches the rest of the GOP and resumes the same decoder instead of starting over. Every frame a
 stream outputs is kept, so any frame of a cached GOP is answered without decoding again; it is kept
-as the decoder gave it (YUV) and turned into RGB (H x W x 3 uint8) only when it is asked for: random
+as the decoder gave it (YUV) and turned into RGB (3 x H x W uint8) only when it is asked for: random
 reads take one frame of each GOP they decode, and converting the frames decoded on the way to it
 would cost more than decoding them (the YUV frame is also half the size of the RGB one).
 
@@ -17,6 +17,9 @@ about as much as decoding a few small frames. When a stream is dropped, or its d
 all it was fed, the decoder goes to a small pool of idle ones; the next stream of a file with the
 same codec and configuration takes it and flushes it (`flush_buffers`, which forgets every picture
 it holds) instead of creating one.
+
+Samples are decoded through a `decoder.Decoder` (PyAV's software decoders unless one is given): the cache
+fetches, orders and keeps; the decoder only turns a sample's bytes into pictures and a picture into pixels.
 
 Threads may share a cache: its state is behind one lock, which a stream lets go of while its decoder
 decodes (PyAV releases the GIL there), so streams of different files (the cameras of one item) decode
@@ -37,7 +40,6 @@ import dataclasses
 import os
 import threading
 import weakref
-from fractions import Fraction
 from typing import Any, Optional
 
 import numpy as np
@@ -45,7 +47,8 @@ import numpy as np
 from transforms.base import storage
 from transforms.base.errors import LeRobotImportError
 from transforms.mp4 import ranges
-from transforms.reader.seek import ReaderError, TrackTables, _codec_context, code_array, is_code_frame
+from transforms.reader.decoder import DecodeFailed, Decoder, default_decoder
+from transforms.reader.seek import ReaderError, TrackTables
 
 __all__ = ["GopCache", "gop_end"]
 
@@ -70,11 +73,6 @@ def _close(reader: Any) -> None:
         close()
 
 
-def _yuv_bytes(frame: Any) -> int:
-    """Bytes a decoded frame holds (its planes)."""
-    return sum(p.buffer_size for p in frame.planes)
-
-
 @dataclasses.dataclass
 class _Fetched:
     """The bytes of samples `lo..hi` of a file, as read: sample `s` is `runs[run[s - lo]]` from `at[s - lo]`
@@ -97,7 +95,6 @@ class _Fetched:
 class _TrackInfo:
     """What every stream of one file's track shares, worked out once per track and process."""
 
-    time_base: Fraction
     config: tuple                   # the decoder configuration (codec, extradata)
     frame_bytes: int = 0            # bytes of one decoded (YUV) frame, once one is decoded
 
@@ -112,9 +109,9 @@ class _Stream:
     first: int
     last: int                       # the last sample whose bytes are fetched
     parts: list                     # _Fetched, one per batch of range reads, in sample order
-    ctx: Any = None                 # the PyAV codec context (None once drained)
+    ctx: Any = None                 # the decoder's DecodeSession (None once drained)
     fed: int = 0                    # next sample to feed
-    # sample -> its frame: an av.VideoFrame as decoded, replaced by its RGB array once asked for
+    # sample -> its frame: the decoder's picture as decoded, replaced by its RGB array once asked for
     frames: dict[int, Any] = dataclasses.field(default_factory=dict)
     nbytes: int = 0                 # bytes of `frames`
     by_pts: dict[int, int] = dataclasses.field(default_factory=dict)  # pts -> sample, of samples fetched
@@ -132,10 +129,12 @@ class GopCache:
         threads: decoder threads per stream.
         max_bytes: decoded frames kept, in bytes, over all streams: older streams are dropped first (the
             stream in use is always kept, however long its GOP).
+        decoder: what decodes the samples (`decoder.Decoder`; default: `decoder.default_decoder()`).
     """
 
     def __init__(self, max_gops: int = 8, *, max_files: int = 32, threads: int = 1,
-                 max_bytes: int = 1 << 30) -> None:
+                 max_bytes: int = 1 << 30, decoder: Optional[Decoder] = None) -> None:
+        self.decoder = default_decoder() if decoder is None else decoder
         self.max_gops = max(0, int(max_gops))
         self.max_bytes = int(max_bytes)
         self.max_files = max(1, int(max_files))
@@ -155,7 +154,6 @@ class GopCache:
         # when a busy stream is free again
         self._lock = threading.Lock()
         self._turn = threading.Condition(self._lock)
-        self._reformatters: dict[tuple, Any] = {}
         self._idle: list[tuple[tuple, Any]] = []   # (codec configuration, idle codec context)
         self._tracks: "weakref.WeakKeyDictionary[TrackTables, _TrackInfo]" = weakref.WeakKeyDictionary()
         #: Codec contexts created, and idle ones reused (flushed) for a new stream.
@@ -174,7 +172,7 @@ class GopCache:
             for reader in self._files.values():  # this process's copies of the parent's descriptors
                 _close(reader)
             self._files.clear()
-            self._reformatters.clear()
+            self.decoder.new_process()
             self._idle = []
             self._tracks = weakref.WeakKeyDictionary()
             self.stats = storage.ReadCounter()
@@ -183,11 +181,11 @@ class GopCache:
 
     def __getstate__(self) -> dict:
         return {"max_gops": self.max_gops, "max_files": self.max_files, "threads": self.threads,
-                "max_bytes": self.max_bytes}
+                "max_bytes": self.max_bytes, "decoder": self.decoder}
 
     def __setstate__(self, state: dict) -> None:
         self.__init__(state["max_gops"], max_files=state["max_files"], threads=state["threads"],
-                      max_bytes=state["max_bytes"])
+                      max_bytes=state["max_bytes"], decoder=state.get("decoder"))
 
     # -- files -----------------------------------------------------------------------------------
 
@@ -212,7 +210,7 @@ class GopCache:
 
     def frames(self, uri: str, track: TrackTables, samples: np.ndarray,
                firsts: Optional[np.ndarray] = None) -> list[np.ndarray]:
-        """The RGB frames (H x W x 3 uint8; a depth map's codes, H x W x 1 uint16) of decode indices `samples` of
+        """The RGB frames (3 x H x W uint8; a depth map's codes, H x W x 1 uint16) of decode indices `samples` of
         the file `uri`.
 
         Args:
@@ -277,21 +275,20 @@ class GopCache:
     def _info(self, track: TrackTables) -> _TrackInfo:
         info = self._tracks.get(track)
         if info is None:
-            info = self._tracks[track] = _TrackInfo(Fraction(1, track.timescale),
-                                                   (track.codec, bytes(track.extradata or b"")))
+            info = self._tracks[track] = _TrackInfo((track.codec, bytes(track.extradata or b"")))
         return info
 
     def _decoder(self, stream: _Stream) -> Any:
-        """A codec context for a new stream: an idle one of the same configuration, flushed, or a new one."""
+        """A decode session for a new stream: an idle one of the same configuration, flushed, or a new one."""
         config = stream.info.config
         for k, (c, ctx) in enumerate(self._idle):
             if c == config:
                 del self._idle[k]
-                ctx.flush_buffers()
+                ctx.flush()
                 self.decoders_reused += 1
                 return ctx
         self.decoders_created += 1
-        return _codec_context(stream.track, self.threads)
+        return self.decoder.open(stream.track, self.threads)
 
     def _park(self, stream: _Stream, ctx: Any) -> None:
         """Keep a decoder no stream needs any more for the next stream (the oldest idle one goes)."""
@@ -361,46 +358,31 @@ class GopCache:
         stream.by_pts.update(zip(tr.pts[lo:last + 1].tolist(), range(lo, last + 1)))
         stream.last = last
 
-    def _decode(self, stream: _Stream, pkt: Any) -> list:
-        """`stream.ctx.decode(pkt)` with the cache's lock released (held again on return): the stream is busy
+    def _decode(self, stream: _Stream, data: Optional[memoryview], pts: int = 0, dts: int = 0,
+                keyframe: bool = False) -> list:
+        """`stream.ctx.decode(...)` with the cache's lock released (held again on return): the stream is busy
         meanwhile, so no other thread resumes it or hands its decoder to another stream."""
         ctx = stream.ctx
         stream.busy = True
         self._lock.release()
         try:
-            return ctx.decode(pkt)
+            return ctx.decode(data, pts, dts, keyframe)
         finally:
             self._lock.acquire()
             stream.busy = False
             self._turn.notify_all()
-
-    def _rgb(self, frame: Any) -> np.ndarray:
-        """The frame as RGB24 H x W x 3. One converter per frame geometry: a frame's own
-        `to_ndarray(format=...)` sets up a new scaler each time, which costs more than decoding a small
-        frame (the pixels are the same either way). A depth map's frame (one plane of more than 8 bits) is
-        its codes instead, H x W x 1 uint16 (`seek.code_array`)."""
-        if is_code_frame(frame):
-            return code_array(frame)
-        key = (frame.width, frame.height, frame.format.name)
-        convert = self._reformatters.get(key)
-        if convert is None:
-            from av.video.reformatter import VideoReformatter
-            convert = self._reformatters[key] = VideoReformatter()
-        return convert.reformat(frame, format="rgb24", threads=1).to_ndarray()
 
     def _asked(self, stream: _Stream, sample: int) -> Optional[np.ndarray]:
         """The RGB frame of `sample` if the stream has decoded it (converted now if it is still YUV), else None."""
         found = stream.frames.get(sample)
         if found is None or isinstance(found, np.ndarray):
             return found
-        rgb = stream.frames[sample] = self._rgb(found)
+        rgb = stream.frames[sample] = self.decoder.pixels(found)
         stream.nbytes += rgb.nbytes - stream.info.frame_bytes
         return rgb
 
     def _frame(self, stream: _Stream, sample: int, upto: Optional[int] = None) -> np.ndarray:
         """Feed the stream's decoder until `sample`'s frame comes out (or the stream is drained)."""
-        import av
-
         found = self._asked(stream, sample)
         if found is not None:
             return found
@@ -422,16 +404,15 @@ class GopCache:
         if stream.ctx is None and stream.fed == stream.first:
             stream.ctx = self._decoder(stream)
         info = stream.info
-        time_base = info.time_base
         by_pts = stream.by_pts
 
         def take(decoded) -> None:
-            for fr in decoded:
-                s = by_pts.get(fr.pts)
+            for pts, fr in decoded:
+                s = by_pts.get(pts)
                 if s is not None and s not in stream.frames:
                     stream.frames[s] = fr
                     if not info.frame_bytes:
-                        info.frame_bytes = _yuv_bytes(fr)  # the same for every frame of a track
+                        info.frame_bytes = self.decoder.picture_bytes(fr)  # the same for every frame of a track
                     stream.nbytes += info.frame_bytes
 
         try:
@@ -442,13 +423,10 @@ class GopCache:
                     if s > part.hi:  # every sample of the oldest batch is fed: drop its bytes
                         stream.parts.pop(0)
                         part = stream.parts[0]
-                    pkt = av.Packet(part.packet_bytes(s))
-                    pkt.pts, pkt.dts, pkt.time_base = int(tr.pts[s]), int(tr.dts[s]), time_base
-                    if tr.sync[s]:
-                        pkt.is_keyframe = True
+                    data, pts, dts, key = part.packet_bytes(s), int(tr.pts[s]), int(tr.dts[s]), bool(tr.sync[s])
                     stream.fed += 1
                     self.samples_decoded += 1
-                    take(self._decode(stream, pkt))
+                    take(self._decode(stream, data, pts, dts, key))
                 elif stream.last < gop_end(tr, stream.last):
                     # the decoder holds the frame back (it reorders): read the rest of the GOP
                     self._fetch(stream, gop_end(tr, stream.last))
@@ -456,7 +434,7 @@ class GopCache:
                     take(self._decode(stream, None))
                     self._park(stream, stream.ctx)  # drained: it holds nothing more of this stream
                     stream.ctx = None
-        except av.error.FFmpegError as ex:
+        except DecodeFailed as ex:
             stream.ctx = None  # not reused: a failed decoder's state is not trusted
             raise ReaderError(f"decoding samples {stream.first}..{stream.last} of {stream.uri} failed: {ex}") from None
         found = self._asked(stream, sample)
