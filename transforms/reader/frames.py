@@ -65,6 +65,7 @@ from transforms.lerobot import depth as depth_lib
 from transforms.lerobot.tasks import TASKS_PATH, frame_tasks, read_tasks
 from transforms.episode import spql_types
 from transforms.reader.episode import Episode, camera_handle, field_values
+from transforms.reader import read_ahead as read_ahead_lib
 from transforms.reader.decoder import Decoder
 from transforms.reader.gop_cache import GopCache
 from transforms.reader.import_reader import ImportReader, _parquet_read, _read_manifest
@@ -379,6 +380,10 @@ class ImportedFrames(_Dataset):
             and depth cameras are float32 either way, as LeRobot returns them).
         depth_unit: the unit of depth cameras' frames, "mm" (LeRobot's default `depth_output_unit`, whole
             millimetres) or "m".
+        read_ahead: requests in flight per process while a DataLoader worker's batch is read ahead (its items'
+            video byte ranges fetched at once before they are built); 0: off; None (default): 16, for video files
+            not on a local disk only.
+        read_ahead_bytes: bytes held per process by reading ahead at most (64 MB).
         decoder: what decodes the cameras' samples (`transforms.reader.decoder.Decoder`; default: PyAV's software
             decoders, `decoder.default_decoder()`); it must give LeRobot's RGB24 pixels.
     Raises:
@@ -393,8 +398,18 @@ class ImportedFrames(_Dataset):
                  allowed_roots: Optional[Sequence[str]] = None, cache_gops: int = 8,
                  camera_dtype: str = "float32", dataset_root: Optional[str] = None,
                  decode_threads: Optional[int] = None, depth_unit: str = "mm",
-                 decoder: Optional[Decoder] = None) -> None:
+                 decoder: Optional[Decoder] = None, read_ahead: Optional[int] = None,
+                 read_ahead_bytes: int = read_ahead_lib.DEFAULT_BYTES) -> None:
         _torch()
+        if read_ahead is not None and not (isinstance(read_ahead, int) and read_ahead >= 0):
+            raise FramesError(f"read_ahead={read_ahead!r:.100} is not a whole number >= 0 (requests in flight; 0: off; "
+                              "None: on for video files not on a local disk)")
+        if not (isinstance(read_ahead_bytes, int) and read_ahead_bytes >= 0):
+            raise FramesError(f"read_ahead_bytes={read_ahead_bytes!r:.100} is not a whole number of bytes >= 0")
+        #: Byte ranges of a batch's items fetched at once (None: reading ahead is off).
+        self.read_ahead = None if read_ahead == 0 else read_ahead_lib.ReadAhead(
+            read_ahead or read_ahead_lib.DEFAULT_IN_FLIGHT, read_ahead_bytes)
+        self._read_ahead_remote_only = read_ahead is None
         if decode_threads is not None and not (isinstance(decode_threads, int) and decode_threads >= 1):
             raise FramesError(f"decode_threads={decode_threads!r:.100} is not a whole number >= 1 (or None: one "
                               "per camera in the main process)")
@@ -930,6 +945,23 @@ class ImportedFrames(_Dataset):
         if self.recipe is not None:
             item.update(self._messages(prep, pos, where))
         return item
+
+    def __getitems__(self, indices: Sequence[int]) -> list:
+        """The items of `indices` (a DataLoader worker's batch), `self[i]` each; with reading ahead on, the video
+        bytes all of them need are fetched first, `read_ahead` requests at a time (see `read_ahead`)."""
+        ra = self.read_ahead
+        if ra is None or not self.cameras:
+            return [self[i] for i in indices]
+        self._gops._check_process()
+        self._gops.read_ahead = ra
+        try:
+            ranges = read_ahead_lib.batch_ranges(self, indices, self._read_ahead_remote_only)
+            if ranges:
+                readers = {uri: self._gops.open_file(uri) for uri in dict.fromkeys(r[0] for r in ranges)}
+                ra.fetch(ranges, lambda uri, start, end: readers[uri].read_ranges([start], [end])[0])
+            return [self[i] for i in indices]
+        finally:
+            ra.clear()
 
     @staticmethod
     def collate(batch: Sequence[dict]) -> dict:

@@ -139,6 +139,8 @@ class GopCache:
         self.max_bytes = int(max_bytes)
         self.max_files = max(1, int(max_files))
         self.threads = threads
+        #: Byte ranges fetched ahead of their reads (`read_ahead.ReadAhead`), set by the dataset that reads ahead.
+        self.read_ahead: Any = None
         #: What reached storage from video files in this process (requests and bytes).
         self.stats = storage.ReadCounter()
         #: Decode streams started, and samples fed to a decoder (a benchmark's measure of decode work).
@@ -313,6 +315,18 @@ class GopCache:
                 total -= dropped.nbytes
                 self._retire(dropped)
 
+    def fetch_span(self, uri: str, track: TrackTables, first: int, upto: int) -> Optional[tuple[int, int]]:
+        """The samples (lo, hi) whose bytes a random request for samples up to `upto` of the closure starting at
+        `first` would fetch now (None: none, the stream has them): what `ReadAhead` fetches beforehand."""
+        self._check_process()
+        with self._lock:
+            stream = self._streams.get((uri, first))
+            if stream is None or stream.last < stream.first:
+                return first, upto
+            if upto <= stream.last:
+                return None
+            return stream.last + 1, max(upto, gop_end(track, stream.last))
+
     def _start(self, uri: str, track: TrackTables, first: int) -> _Stream:
         self.streams_started += 1
         return _Stream(uri=uri, track=track, info=self._info(track), first=first, last=first - 1, parts=[], fed=first)
@@ -335,7 +349,9 @@ class GopCache:
             at[k] = off[k] - starts[-1]
         ends.append(off[-1] + size[-1])
         try:
-            runs = self.open_file(stream.uri).read_ranges(starts, ends)
+            runs = None if self.read_ahead is None else self.read_ahead.take(stream.uri, starts, ends)
+            if runs is None:
+                runs = self.open_file(stream.uri).read_ranges(starts, ends)
         except LeRobotImportError as ex:
             raise ReaderError(f"cannot read video file {stream.uri}: {ex.message}") from None
         stream.parts.append(_Fetched(lo, last, [memoryview(r) for r in runs], run, at, size))
