@@ -138,6 +138,8 @@ def _media_messages(root: str, media: MediaIndexPlan) -> Iterator:
     """To the MP4 step: each MP4 an imported file uses, with its token and whether its row is carried;
     to the shard writer: each shard that may change, with the URIs whose old rows stay."""
     for rel in sorted(media.used):
+        if media.tokens[rel] == "missing":  # nothing to carry nor record: not one message per MP4 of a gone folder
+            continue
         known = Mp4Version(media.tokens[rel], rel in media.carried, rel in media.shared)
         yield beam.pvalue.TaggedOutput("mp4_versions", ((root, rel), known))
     for shard, keep in media.touched.items():

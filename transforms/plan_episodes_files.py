@@ -4,7 +4,7 @@ episodes, with their MP4 uses, the dataset-wide duplicate check, and the quirks 
 from __future__ import annotations
 
 import logging
-from typing import Iterable, Iterator, NamedTuple, Optional, Sequence
+from typing import Iterable, Iterator, Mapping, NamedTuple, Optional, Sequence
 
 import apache_beam as beam
 
@@ -12,7 +12,7 @@ from transforms import quality
 from transforms.base import live_counts, storage
 from transforms.base.errors import LeRobotImportError
 from transforms.episode import quirks
-from transforms.episode.outcomes import failed_file
+from transforms.episode.outcomes import FilesMissing, failed_file, index_ranges
 from transforms.episode.quirks import ClipSpan
 from transforms.lerobot import data_files, layouts
 from transforms.lerobot import episodes_files as episodes_metadata
@@ -20,7 +20,7 @@ from transforms.lerobot.dataset import check_dataset
 from transforms.lerobot.depth import is_depth
 from transforms.lerobot.info import DatasetInfo
 from transforms.messages import (ClipUse, DatasetReport, FileCounts, FileInputs, PartHeader, PartInputs,
-                                 error_record, internal_record, load_info)
+                                 VideoFailure, error_record, internal_record, load_info)
 from transforms.safety_net import ImportDoFn, ImportStep, guarded, in_phase
 
 _LOG = logging.getLogger(__name__)
@@ -116,7 +116,7 @@ class _PlanEpisodesFile(ImportDoFn):
             parts = episodes_metadata.plan_parts(rows, lambda f: self._data_file_size(root, f), row_groups,
                                                  limit=self._config.data_span_limit,
                                                  one_part=self._config.one_part, file=rel)
-            return info, rows, parts
+            return info, rows, parts, layout.left_out(root, rows, info)
         except LeRobotImportError as ex:
             episodes = (tuple(r.episode_index for r in read) if read is not None else
                         layout.failed_episodes(root, rel, info))
@@ -125,22 +125,52 @@ class _PlanEpisodesFile(ImportDoFn):
 
 
 def _plan_messages(root: str, rel: str, info: DatasetInfo, rows: Sequence[episodes_metadata.EpisodeRow],
-                   parts: Sequence[episodes_metadata.PartPlan]) -> Iterator:
-    """Per part: its header (main), its clip uses per MP4, its episode ids; then the file's warnings."""
+                   parts: Sequence[episodes_metadata.PartPlan], left_out: Optional[Mapping[int, tuple]] = None
+                   ) -> Iterator:
+    """Per part: its header (main), its clip uses per MP4, its episode ids; then the file's warnings. The
+    episodes `left_out` (v2.x: their own files lie in folders that do not exist) are in their part's plan but
+    not its rows, and have no clip use: their part's header holds their failures, one record per part."""
     by_position = {r.position: r for r in rows}
+    left_out = left_out or {}
     for plan in parts:
         key = (root, rel, plan.part)
         part_rows = tuple(by_position[p] for p in plan.positions)
-        yield key, PartInputs(headers=(PartHeader(root, rel, plan, len(parts), part_rows),))
+        kept = tuple(r for r in part_rows if r.position not in left_out)
+        lost = files_missing(root, rel, [r for r in part_rows if r.position in left_out], left_out)
+        yield key, PartInputs(headers=(PartHeader(root, rel, plan, len(parts), kept, lost),))
         for row in part_rows:
             yield beam.pvalue.TaggedOutput("episode_ids", ((root, row.episode_index), rel))
-        for mp4, use in clip_uses(key, part_rows, info):
+        for mp4, use in clip_uses(key, kept, info):
             yield beam.pvalue.TaggedOutput("clip_uses", ((root, mp4), use))
     warnings = quirks.clip_end_warnings(root, rel, rows, info.fps) + quirks.oversized_episode_warnings(
         root, rel, rows, parts)
     counts = FileCounts(rel, len(rows), sum(r.length for r in rows),
                         tuple(map(tuple, quality.index_ranges([r.episode_index for r in rows]))))
-    yield beam.pvalue.TaggedOutput("reports", (root, DatasetReport(warnings=tuple(warnings), file_counts=(counts,))))
+    yield beam.pvalue.TaggedOutput("reports", (root, DatasetReport(warnings=tuple(warnings), file_counts=(counts,),
+                                                                   mp4_failures=gone_mp4s(root, rows, left_out))))
+
+
+def gone_mp4s(root: str, rows: Sequence[episodes_metadata.EpisodeRow],
+              left_out: Mapping[int, tuple]) -> tuple[VideoFailure, ...]:
+    """The MP4s of the rows left out, per camera: one record for all of them (its first file and how many), as
+    the MP4 step reports each MP4 it cannot use."""
+    found: dict[str, list[str]] = {}
+    for row in rows:
+        gone = {own.video_key for own in left_out.get(row.position, ())}
+        for clip in row.videos:
+            if clip.key in gone:
+                found.setdefault(clip.key, []).append(clip.file)
+    return tuple(VideoFailure(root, camera, min(files), "file_missing", len(files))
+                 for camera, files in sorted(found.items()))
+
+
+def files_missing(root: str, rel: str, rows: Sequence[episodes_metadata.EpisodeRow],
+                  left_out: Mapping[int, tuple]) -> tuple[FilesMissing, ...]:
+    """The failures of rows left out at planning: one record per set of files named, the episodes as ranges."""
+    by_files: dict[tuple, list[int]] = {}
+    for row in rows:
+        by_files.setdefault(left_out[row.position], []).append(row.episode_index)
+    return tuple(FilesMissing(root, rel, index_ranges(eps), files) for files, eps in by_files.items())
 
 
 def clip_uses(part: tuple[str, str, int], rows: Sequence[episodes_metadata.EpisodeRow],

@@ -326,6 +326,74 @@ def listed_sizes(root: str, rows: Sequence[EpisodeRow]) -> dict[str, int]:
     return sizes
 
 
+#: A group whose own files spread over more folders than this (a template placing each episode in a folder of
+#: its own) is not checked folder by folder: its missing files are found one by one, as they are read.
+MAX_OWN_FOLDERS = 64
+
+
+def left_out_episodes(root: str, rows: Sequence[EpisodeRow], info: DatasetInfo) -> dict[int, tuple]:
+    """The rows of a group whose own files lie in folders that do not exist (a chunk folder that is gone, a
+    camera's folder never written), by position -> the files each one's errors.jsonl rows name
+    (`outcomes.OwnFile`): its missing MP4s, or its data file when none of its MP4s is missing (an episode's
+    MP4s are read before its data file, and an MP4 that fails stops it there).
+
+    One request per folder of the group (its data folder and each camera's), not one per file: hundreds of
+    thousands of episodes of gone chunk folders are left out at planning, and their failures cross the
+    pipeline as one record per group and part. A folder that does not exist but whose first file is found
+    elsewhere (a renamed folder: the message says where) is left to the file's reader, which says so
+    file by file.
+    """
+    from transforms.episode.outcomes import OwnFile
+    cameras = [f.name for f in info.video_features]
+    data = OwnFile("data file", info.data_path, info.chunks_size)
+    videos = {c: OwnFile("video file", info.video_path, info.chunks_size, c) for c in cameras}
+    first: dict[str, tuple[str, Optional[str]]] = {}  # folder -> its first file, and the camera it is of
+    for row in rows:
+        first.setdefault(posixpath.dirname(row.data_file), (row.data_file, None))
+        for clip in row.videos:
+            first.setdefault(posixpath.dirname(clip.file), (clip.file, clip.key))
+        if len(first) > MAX_OWN_FOLDERS:
+            return {}
+    gone = set()
+    for folder, (rel, camera) in first.items():
+        if not folder or _folder_exists(root, folder):
+            continue
+        if camera is not None and _misplaced(root, rel, set(cameras) - {camera}):
+            continue
+        gone.add(folder)
+    if not gone:
+        return {}
+    out = {}
+    for row in rows:
+        missing = tuple(videos[c.key] for c in row.videos if posixpath.dirname(c.file) in gone)
+        if not missing and posixpath.dirname(row.data_file) in gone:
+            missing = (data,)
+        if missing:
+            out[row.position] = missing
+    return out
+
+
+def _folder_exists(root: str, folder: str) -> bool:
+    """Whether a folder of the dataset exists (one request); True when storage cannot tell (its files are then
+    read one by one, and each says why it cannot be)."""
+    fs, base = storage.filesystem(root)
+    try:
+        detail = storage.with_retries(lambda: fs.info(f"{base.rstrip('/')}/{folder}"))
+    except (FileNotFoundError, NotADirectoryError):
+        return False
+    except OSError:
+        return True
+    return detail.get("type") == "directory"
+
+
+def _misplaced(root: str, rel: str, other_cameras: set) -> bool:
+    from transforms.lerobot import hints
+    try:
+        return bool(hints.misplaced_hint(root, rel, other_cameras=frozenset(other_cameras)))
+    except (OSError, LeRobotImportError):
+        return True
+
+
 def parse_tasks_jsonl(raw: bytes) -> dict[int, str]:
     """meta/tasks.jsonl: task_index -> task (LeRobot v2.x keys its tasks by `task_index`).
 
