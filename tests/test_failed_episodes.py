@@ -110,7 +110,8 @@ def test_errors_jsonl_is_written_streaming_and_equals_the_rows_one_by_one():
     root, other = "file:///d", "meta/episodes.jsonl:chunk-001"
     from transforms.lerobot.info import PathTemplate
     from transforms.episode.outcomes import OwnFile
-    template = PathTemplate("video_path", "videos/chunk-{episode_chunk:03d}/{video_key}/episode_{episode_index:06d}.mp4",
+    template = PathTemplate("video_path",
+                            "videos/chunk-{episode_chunk:03d}/{video_key}/episode_{episode_index:06d}.mp4",
                             ("episode_chunk", "video_key", "episode_index"))
     many = FilesMissing(root, GROUP, ((0, 50_000),), tuple(OwnFile("video file", template, 1000, c) for c in CAMERAS))
     single = [_video_row(root, GROUP, 17, CAMERAS[0]),  # the same row as one of the record's: written once
