@@ -79,7 +79,7 @@ def test_files_missing_expands_to_the_rows_each_reader_wrote(tmp_path):
     from transforms.lerobot.dataset import read_info
     root = "file://" + str(_gone_chunks(tmp_path, 1500))
     info = read_info(root)
-    from transforms.episode.outcomes import OwnFile
+    from transforms.lerobot.v2 import OwnFile
     videos = tuple(OwnFile("video file", info.video_path, 1000, c) for c in CAMERAS)
     record = FilesMissing(root, GROUP, ((3, 5), (998, 1001)), videos)
     assert record.rows == 10
@@ -109,7 +109,7 @@ def test_errors_jsonl_is_written_streaming_and_equals_the_rows_one_by_one():
     one by one (sorted by their key), and is written in batches, never as one string."""
     root, other = "file:///d", "meta/episodes.jsonl:chunk-001"
     from transforms.lerobot.info import PathTemplate
-    from transforms.episode.outcomes import OwnFile
+    from transforms.lerobot.v2 import OwnFile
     template = PathTemplate("video_path",
                             "videos/chunk-{episode_chunk:03d}/{video_key}/episode_{episode_index:06d}.mp4",
                             ("episode_chunk", "video_key", "episode_index"))

@@ -14,6 +14,7 @@ from typing import Any, Iterable, Iterator, Optional, Sequence, Union
 
 from transforms.base.errors import FailureRecord, LeRobotImportError
 from transforms.lerobot.info import PathTemplate
+from transforms.lerobot.v2 import OwnFile
 
 
 def index_ranges(indices: Iterable[int]) -> tuple[tuple[int, int], ...]:
@@ -30,23 +31,6 @@ def index_ranges(indices: Iterable[int]) -> tuple[tuple[int, int], ...]:
 def _in_ranges(ranges: Sequence[tuple[int, int]]) -> Iterator[int]:
     for start, end in ranges:
         yield from range(start, end)
-
-
-@dataclasses.dataclass(frozen=True)
-class OwnFile:
-    """One of the files each episode of a v2.x group has of its own (its data file, or one camera's MP4),
-    as its path template renders it for an episode."""
-
-    what: str  # "data file" or "video file", as the message names it
-    template: PathTemplate
-    chunks_size: int
-    video_key: Optional[str] = None
-
-    def path(self, episode: int) -> str:
-        values = {"episode_chunk": episode // self.chunks_size, "episode_index": episode}
-        if self.video_key is not None:
-            values["video_key"] = self.video_key
-        return self.template.render(**values)
 
 
 @dataclasses.dataclass(frozen=True)

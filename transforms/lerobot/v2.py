@@ -44,7 +44,7 @@ from transforms.base import storage
 from transforms.base.errors import LeRobotImportError, quote, shorten
 from transforms.lerobot.episodes_files import EpisodeRow, VideoSlice, check_order
 from transforms.lerobot.fingerprint import VERSION_KEYS
-from transforms.lerobot.info import DatasetInfo
+from transforms.lerobot.info import DatasetInfo, PathTemplate
 
 EPISODES_JSONL = "meta/episodes.jsonl"
 TASKS_JSONL = "meta/tasks.jsonl"
@@ -326,6 +326,23 @@ def listed_sizes(root: str, rows: Sequence[EpisodeRow]) -> dict[str, int]:
     return sizes
 
 
+@dataclasses.dataclass(frozen=True)
+class OwnFile:
+    """One of the files each episode of a v2.x group has of its own (its data file, or one camera's MP4),
+    as its path template renders it for an episode."""
+
+    what: str  # "data file" or "video file", as the message names it
+    template: PathTemplate
+    chunks_size: int
+    video_key: Optional[str] = None
+
+    def path(self, episode: int) -> str:
+        values = {"episode_chunk": episode // self.chunks_size, "episode_index": episode}
+        if self.video_key is not None:
+            values["video_key"] = self.video_key
+        return self.template.render(**values)
+
+
 #: A group whose own files spread over more folders than this (a template placing each episode in a folder of
 #: its own) is not checked folder by folder: its missing files are found one by one, as they are read.
 MAX_OWN_FOLDERS = 64
@@ -343,7 +360,6 @@ def left_out_episodes(root: str, rows: Sequence[EpisodeRow], info: DatasetInfo) 
     elsewhere (a renamed folder: the message says where) is left to the file's reader, which says so
     file by file.
     """
-    from transforms.episode.outcomes import OwnFile
     cameras = [f.name for f in info.video_features]
     data = OwnFile("data file", info.data_path, info.chunks_size)
     videos = {c: OwnFile("video file", info.video_path, info.chunks_size, c) for c in cameras}
