@@ -261,7 +261,7 @@ def test_commit_moves_all_parts_or_none(tmp_path):
                     | beam.FlatMapTuple(lambda root, rep: [(root, o) for o in rep.outcomes]))
         assert_that(outcomes | beam.MapTuple(lambda root, o: (root, o.episodes_file, o.status, o.parts, o.part_files,
                                                                o.frames, sorted((f.episode_index, f.rule)
-                                                                                for f in o.failures))),
+                                                                                for f in o.rows()))),
                     equal_to([("d", FILE0, "imported", ("episodes/chunk-000/file-000.part-0000.parquet",
                                                         "episodes/chunk-000/file-000.part-0001.parquet"),
                                (PartFile("episodes/chunk-000/file-000.part-0000.parquet", 9, 2, _sha(data[0])),
@@ -290,9 +290,9 @@ def test_a_commit_that_raises_fails_its_file_as_internal_and_leaves_nothing(tmp_
         assert_that(outcomes | beam.MapTuple(lambda root, o: (o.status, o.episodes, o.episodes_failed,
                                                                sorted((-1 if f.episode_index is None
                                                                        else f.episode_index, f.rule)
-                                                                      for f in o.failures),
+                                                                      for f in o.rows()),
                                                                any("the store went away" in f.message
-                                                                   for f in o.failures))),
+                                                                   for f in o.rows()))),
                     equal_to([("failed", 2, 2, [(-1, "internal"), (0, "file_failed"),
                                                 (1, "file_failed")], True)]))
     assert not [p for p in (tmp_path / "out").rglob("*") if p.is_file()]

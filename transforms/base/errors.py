@@ -60,6 +60,8 @@ _SECRET_SHAPES = (
                r"(?:(?:bearer|basic|token)\s+)?[^\s'\",;}]+"),
     re.compile(r"\b(Bearer)(\s+)[A-Za-z0-9._~+/=-]{8,}"),
 )
+#: The words without which no `_SECRET_SHAPES` pattern matches (lower case; `Bearer` is matched as written).
+_SHAPE_WORDS = ("authorization", "x-amz-security-token", "x-goog-api-key")
 _TOKEN_CACHE: dict[str, Any] = {"at": -1.0, "token": None}
 _TOKEN_LOCK = threading.Lock()
 
@@ -92,6 +94,12 @@ def redact(text: str, *, shapes: bool = True) -> str:
             text = text.replace(secret, "***")
     if not shapes:
         return text
+    if text.isascii() and "Bearer" not in text:
+        # no shape can match without one of its words (an ASCII text has no other spelling of them): the
+        # patterns are not run over every row of a large errors.jsonl for nothing
+        low = text.lower()
+        if not any(word in low for word in _SHAPE_WORDS):
+            return text
     for shape in _SECRET_SHAPES:
         text = shape.sub(lambda m: f"{m.group(1)}{m.group(2)}***", text)
     return text

@@ -8,10 +8,141 @@ Plain frozen records: the Beam layer passes them between its steps, and the outp
 from __future__ import annotations
 
 import dataclasses
+import heapq
 from collections import Counter
-from typing import Any, Optional, Sequence
+from typing import Any, Iterable, Iterator, Optional, Sequence, Union
 
 from transforms.base.errors import FailureRecord, LeRobotImportError
+from transforms.lerobot.info import PathTemplate
+from transforms.lerobot.v2 import OwnFile
+
+
+def index_ranges(indices: Iterable[int]) -> tuple[tuple[int, int], ...]:
+    """Sorted distinct episode indices as [start, end) runs."""
+    runs: list[list[int]] = []
+    for ep in sorted(set(indices)):
+        if runs and runs[-1][1] == ep:
+            runs[-1][1] = ep + 1
+        else:
+            runs.append([ep, ep + 1])
+    return tuple((a, b) for a, b in runs)
+
+
+def _in_ranges(ranges: Sequence[tuple[int, int]]) -> Iterator[int]:
+    for start, end in ranges:
+        yield from range(start, end)
+
+
+@dataclasses.dataclass(frozen=True)
+class FilesMissing:
+    """The `file_missing` rows of the episodes of a v2.x group whose own files lie in folders that do not
+    exist (a chunk folder that is gone): one record for all of them, however many episodes, expanded to
+    one row per episode and file only as errors.jsonl is written. Each row is the one the file's reader
+    would have written, naming the episode and its file."""
+
+    dataset: str
+    episodes_file: str
+    episodes: tuple[tuple[int, int], ...]  # [start, end) runs of the episodes
+    files: tuple[OwnFile, ...]  # per episode, the files named (an MP4 missing hides the data file, as reads go)
+    rule: str = "file_missing"
+
+    @property
+    def rows(self) -> int:
+        return sum(end - start for start, end in self.episodes) * len(self.files)
+
+    def episode_indices(self) -> Iterator[int]:
+        return _in_ranges(self.episodes)
+
+    def records(self) -> Iterator[FailureRecord]:
+        from transforms.base import storage
+        for ep in self.episode_indices():
+            for what, rel in sorted(((f.what, f.path(ep)) for f in self.files), key=lambda x: x[1]):
+                uri = storage.join(self.dataset, rel)
+                yield LeRobotImportError("file_missing", f"{what} {rel} does not exist (expected at {uri})",
+                                         file=rel, episode_index=ep, dataset=self.dataset,
+                                         episodes_file=self.episodes_file).to_record()
+
+    def first(self) -> FailureRecord:
+        return next(self.records())
+
+    def sort_key(self) -> tuple:
+        return self.first().sort_key()
+
+
+@dataclasses.dataclass(frozen=True)
+class FileFailed:
+    """The `file_failed` rows of the episodes of a failed episodes file that have no error of their own, each
+    listed once in it: one record however many episodes, expanded row by row as errors.jsonl is written."""
+
+    dataset: str
+    episodes_file: str
+    episodes: tuple[tuple[int, int], ...]  # [start, end) runs
+    cause: Optional[FailureRecord]  # the failure the rows point to (the file's first)
+    rule: str = "file_failed"
+
+    @property
+    def rows(self) -> int:
+        return sum(end - start for start, end in self.episodes)
+
+    def episode_indices(self) -> Iterator[int]:
+        return _in_ranges(self.episodes)
+
+    def records(self) -> Iterator[FailureRecord]:
+        for ep in self.episode_indices():
+            yield _file_failed_row(self.dataset, self.episodes_file, ep, self.cause, "")
+
+    def first(self) -> FailureRecord:
+        return next(self.records())
+
+    def sort_key(self) -> tuple:
+        return self.first().sort_key()
+
+
+#: A record that stands for many errors.jsonl rows of one episodes file.
+EpisodeFailures = Union[FilesMissing, FileFailed]
+
+
+def episode_failures_json(f: EpisodeFailures) -> dict[str, Any]:
+    """A record of many rows as JSON (the journal's part records hold it)."""
+    doc: dict[str, Any] = {"dataset": f.dataset, "episodes_file": f.episodes_file,
+                           "episodes": [list(r) for r in f.episodes]}
+    if isinstance(f, FilesMissing):
+        return {**doc, "kind": "files_missing", "files": [
+            {"what": o.what, "key": o.template.key, "template": o.template.template,
+             "allowed": list(o.template.allowed), "chunks_size": o.chunks_size, "video_key": o.video_key}
+            for o in f.files]}
+    return {**doc, "kind": "file_failed", "cause": f.cause.to_json_dict() if f.cause is not None else None}
+
+
+def episode_failures_from_json(doc: dict[str, Any]) -> EpisodeFailures:
+    """The record `episode_failures_json` wrote."""
+    episodes = tuple((int(a), int(b)) for a, b in doc["episodes"])
+    if doc["kind"] == "files_missing":
+        files = tuple(OwnFile(str(o["what"]), PathTemplate(str(o["key"]), str(o["template"]), tuple(o["allowed"])),
+                              int(o["chunks_size"]), o.get("video_key")) for o in doc["files"])
+        return FilesMissing(str(doc["dataset"]), str(doc["episodes_file"]), episodes, files)
+    cause = FailureRecord(**doc["cause"]) if doc.get("cause") else None
+    return FileFailed(str(doc["dataset"]), str(doc["episodes_file"]), episodes, cause)
+
+
+def row_count(failures: Iterable[Union[FailureRecord, EpisodeFailures]]) -> int:
+    """How many errors.jsonl rows the failures make."""
+    return sum(1 if isinstance(f, FailureRecord) else f.rows for f in failures)
+
+
+def failure_rows(failures: Iterable[Union[FailureRecord, EpisodeFailures]]) -> Iterator[FailureRecord]:
+    """Every errors.jsonl row of the failures, in errors.jsonl's order (`FailureRecord.sort_key`), identical
+    rows once; records standing for many rows are expanded one row at a time (never all held at once)."""
+    single, many = [], []
+    for f in failures:
+        (single if isinstance(f, FailureRecord) else many).append(f)
+    streams = [sorted(set(single), key=FailureRecord.sort_key)] + [f.records() for f in dict.fromkeys(many)]
+    last = None
+    for row in heapq.merge(*streams, key=FailureRecord.sort_key):
+        key = row.sort_key()
+        if key != last:
+            yield row
+        last = key
 
 
 @dataclasses.dataclass(frozen=True)
@@ -47,6 +178,8 @@ class PartResult:
     #: v2.x: episodes left out of the written part because their own files are missing or broken (each
     #: failure names its episode); the part and its episodes file still import.
     dropped: tuple[FailureRecord, ...] = ()
+    #: v2.x: the same, for episodes whose own files lie in folders that do not exist (left out at planning)
+    episode_failures: tuple[EpisodeFailures, ...] = ()
 
 
 @dataclasses.dataclass(frozen=True)
@@ -66,6 +199,18 @@ class FileOutcome:
     failures: tuple[FailureRecord, ...] = ()
     notes: tuple[str, ...] = ()
     part_files: tuple[PartFile, ...] = ()
+    #: failures of many episodes held as one record each (`FilesMissing`, `FileFailed`): their rows count
+    #: and are written like `failures`' (`rows`)
+    episode_failures: tuple[EpisodeFailures, ...] = ()
+
+    @property
+    def failure_count(self) -> int:
+        """How many errors.jsonl rows the file has."""
+        return len(self.failures) + row_count(self.episode_failures)
+
+    def rows(self) -> Iterator[FailureRecord]:
+        """The file's errors.jsonl rows, in order."""
+        return failure_rows(self.failures + self.episode_failures)
 
 
 def _because(first: Optional[FailureRecord], episode: int) -> str:
@@ -81,33 +226,52 @@ def _because(first: Optional[FailureRecord], episode: int) -> str:
     return f"because its episodes file failed: {first.message}"
 
 
+def _file_failed_row(dataset: str, episodes_file: str, episode: int, first: Optional[FailureRecord],
+                     occurrence: str) -> FailureRecord:
+    return LeRobotImportError("file_failed", f"not imported{occurrence} {_because(first, episode)}", dataset=dataset,
+                              episodes_file=episodes_file, episode_index=episode, file=episodes_file).to_record()
+
+
 def failed_file(dataset: str, episodes_file: str, episode_indices: Sequence[int],
-                failures: Sequence[FailureRecord]) -> FileOutcome:
+                failures: Sequence[FailureRecord], episode_failures: Sequence[EpisodeFailures] = ()) -> FileOutcome:
     """The outcome of a failed episodes file.
 
     errors.jsonl gets each failure found and, for every other row of the file (a duplicated
     episode_index counts once per row), a `file_failed` row saying why it was not imported (the
-    episode whose error failed the file, or the file-level cause) and naming the episodes file itself,
-    so episodes read = episodes written + episodes listed.
+    episode whose error failed its file, or the file-level cause) and naming the episodes file itself,
+    so episodes read = episodes written + episodes listed. The `file_failed` rows of episodes listed once
+    are one `FileFailed` record, however many they are: a file of 300,000 episodes whose data files are
+    gone crosses the pipeline as a few records, and its rows are made as errors.jsonl is written.
 
     Args:
         dataset: the dataset root URI.
         episodes_file: the episodes file, relative to the dataset root.
         episode_indices: the episode_index of every row of the file (what could be read of it).
         failures: what went wrong, in any order, duplicates allowed.
+        episode_failures: failures of many episodes held as one record each (their episodes are named).
     """
     out = {f.sort_key(): f for f in failures}
+    many = tuple(dict.fromkeys(episode_failures))
     named = Counter(f.episode_index for f in out.values() if f.episode_index is not None)
+    for m in many:
+        per_episode = len(m.files) if isinstance(m, FilesMissing) else 1
+        for ep in m.episode_indices():
+            named[ep] += per_episode
+    firsts = list(out.values()) + [m.first() for m in many]
+    first = min(firsts, key=FailureRecord.sort_key) if firsts else None
     rows = Counter(episode_indices)
-    first = sorted(out.values(), key=FailureRecord.sort_key)[0] if out else None
+    once = []
     for ep, count in rows.items():
+        if count == 1 and not named.get(ep):
+            once.append(ep)
+            continue
         for k in range(named.get(ep, 0), count):
             occurrence = f" (row {k + 1} of {count} with this episode_index)" if count > 1 else ""
-            rec = LeRobotImportError("file_failed", f"not imported{occurrence} {_because(first, ep)}",
-                                     dataset=dataset, episodes_file=episodes_file, episode_index=ep,
-                                     file=episodes_file).to_record()
+            rec = _file_failed_row(dataset, episodes_file, ep, first, occurrence)
             out[rec.sort_key()] = rec
-    listed = Counter(f.episode_index for f in out.values() if f.episode_index is not None)
+    if once:
+        many += (FileFailed(dataset, episodes_file, index_ranges(once), first),)
+    # every row of the file is listed: by its own failure, or by a file_failed row
     return FileOutcome(dataset=dataset, episodes_file=episodes_file, status="failed", episodes=len(episode_indices),
-                       episodes_failed=sum(min(listed[ep], n) for ep, n in rows.items()),
-                       failures=tuple(out[k] for k in sorted(out)))
+                       episodes_failed=len(episode_indices), failures=tuple(out[k] for k in sorted(out)),
+                       episode_failures=many)

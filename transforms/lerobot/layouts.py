@@ -58,6 +58,11 @@ class Layout:
         """The unit's output path under OUT/episodes/, without `.parquet`."""
         raise NotImplementedError
 
+    def left_out(self, root: str, rows: Sequence[EpisodeRow], info: DatasetInfo) -> Mapping[int, tuple]:
+        """The rows left out at planning, each failing alone (position -> the files its errors.jsonl rows
+        name): none, unless episodes own their files (see `v2.left_out_episodes`)."""
+        return {}
+
 
 class V3EpisodesFiles(Layout):
     """LeRobot v3.0: Parquet episodes files under meta/episodes/, many episodes per data file and MP4."""
@@ -113,6 +118,9 @@ class V2Groups(Layout):
 
     def output_stem(self, unit: str) -> str:
         return v2.group_output_stem(unit)
+
+    def left_out(self, root: str, rows: Sequence[EpisodeRow], info: DatasetInfo) -> Mapping[int, tuple]:
+        return v2.left_out_episodes(root, rows, info)
 
 
 #: The registry, asked in order: the first layout that owns a unit is its layout.

@@ -44,7 +44,7 @@ from transforms.base import storage
 from transforms.base.errors import LeRobotImportError, quote, shorten
 from transforms.lerobot.episodes_files import EpisodeRow, VideoSlice, check_order
 from transforms.lerobot.fingerprint import VERSION_KEYS
-from transforms.lerobot.info import DatasetInfo
+from transforms.lerobot.info import DatasetInfo, PathTemplate
 
 EPISODES_JSONL = "meta/episodes.jsonl"
 TASKS_JSONL = "meta/tasks.jsonl"
@@ -324,6 +324,90 @@ def listed_sizes(root: str, rows: Sequence[EpisodeRow]) -> dict[str, int]:
                 name = posixpath.basename(str(entry["name"]).rstrip("/"))
                 sizes[f"{folder}/{name}" if folder else name] = int(entry["size"])
     return sizes
+
+
+@dataclasses.dataclass(frozen=True)
+class OwnFile:
+    """One of the files each episode of a v2.x group has of its own (its data file, or one camera's MP4),
+    as its path template renders it for an episode."""
+
+    what: str  # "data file" or "video file", as the message names it
+    template: PathTemplate
+    chunks_size: int
+    video_key: Optional[str] = None
+
+    def path(self, episode: int) -> str:
+        values = {"episode_chunk": episode // self.chunks_size, "episode_index": episode}
+        if self.video_key is not None:
+            values["video_key"] = self.video_key
+        return self.template.render(**values)
+
+
+#: A group whose own files spread over more folders than this (a template placing each episode in a folder of
+#: its own) is not checked folder by folder: its missing files are found one by one, as they are read.
+MAX_OWN_FOLDERS = 64
+
+
+def left_out_episodes(root: str, rows: Sequence[EpisodeRow], info: DatasetInfo) -> dict[int, tuple]:
+    """The rows of a group whose own files lie in folders that do not exist (a chunk folder that is gone, a
+    camera's folder never written), by position -> the files each one's errors.jsonl rows name
+    (`outcomes.OwnFile`): its missing MP4s, or its data file when none of its MP4s is missing (an episode's
+    MP4s are read before its data file, and an MP4 that fails stops it there).
+
+    One request per folder of the group (its data folder and each camera's), not one per file: hundreds of
+    thousands of episodes of gone chunk folders are left out at planning, and their failures cross the
+    pipeline as one record per group and part. A folder that does not exist but whose first file is found
+    elsewhere (a renamed folder: the message says where) is left to the file's reader, which says so
+    file by file.
+    """
+    cameras = [f.name for f in info.video_features]
+    data = OwnFile("data file", info.data_path, info.chunks_size)
+    videos = {c: OwnFile("video file", info.video_path, info.chunks_size, c) for c in cameras}
+    first: dict[str, tuple[str, Optional[str]]] = {}  # folder -> its first file, and the camera it is of
+    for row in rows:
+        first.setdefault(posixpath.dirname(row.data_file), (row.data_file, None))
+        for clip in row.videos:
+            first.setdefault(posixpath.dirname(clip.file), (clip.file, clip.key))
+        if len(first) > MAX_OWN_FOLDERS:
+            return {}
+    gone = set()
+    for folder, (rel, camera) in first.items():
+        if not folder or _folder_exists(root, folder):
+            continue
+        if camera is not None and _misplaced(root, rel, set(cameras) - {camera}):
+            continue
+        gone.add(folder)
+    if not gone:
+        return {}
+    out = {}
+    for row in rows:
+        missing = tuple(videos[c.key] for c in row.videos if posixpath.dirname(c.file) in gone)
+        if not missing and posixpath.dirname(row.data_file) in gone:
+            missing = (data,)
+        if missing:
+            out[row.position] = missing
+    return out
+
+
+def _folder_exists(root: str, folder: str) -> bool:
+    """Whether a folder of the dataset exists (one request); True when storage cannot tell (its files are then
+    read one by one, and each says why it cannot be)."""
+    fs, base = storage.filesystem(root)
+    try:
+        detail = storage.with_retries(lambda: fs.info(f"{base.rstrip('/')}/{folder}"))
+    except (FileNotFoundError, NotADirectoryError):
+        return False
+    except OSError:
+        return True
+    return detail.get("type") == "directory"
+
+
+def _misplaced(root: str, rel: str, other_cameras: set) -> bool:
+    from transforms.lerobot import hints
+    try:
+        return bool(hints.misplaced_hint(root, rel, other_cameras=frozenset(other_cameras)))
+    except (OSError, LeRobotImportError):
+        return True
 
 
 def parse_tasks_jsonl(raw: bytes) -> dict[int, str]:

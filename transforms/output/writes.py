@@ -12,7 +12,7 @@ import hashlib
 import importlib.metadata
 import io
 import json
-from typing import Iterable, Mapping, Optional, Sequence
+from typing import IO, Iterable, Mapping, Optional, Sequence, Union
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -21,7 +21,8 @@ from transforms.base import storage
 from transforms.episode import clips, episode_type
 from transforms.output import safety, paths
 from transforms.episode.frames import frames_list
-from transforms.episode.outcomes import FileOutcome, PartFile, PartResult, failed_file
+from transforms.episode.outcomes import (EpisodeFailures, FileOutcome, PartFile, PartResult, failed_file,
+                                         failure_rows)
 from transforms.episode.quirks import WarningRecord
 from transforms.lerobot.info import DatasetInfo
 from transforms.lerobot.episodes_files import EpisodeRow
@@ -139,14 +140,16 @@ def commit_episodes_file(out_root: str, dataset: str, episodes_file: str, result
     failures = [f for r in results for f in r.failures] + list(extra_failures)
     # v2.x episodes left out of their parts (their own files missing or broken): errors of an imported file
     dropped = tuple(sorted({f for r in results for f in r.dropped}, key=FailureRecord.sort_key))
-    lost = tuple(dict.fromkeys(f.episode_index for f in dropped))
+    # and those left out at planning (their folders do not exist), held as ranges of episodes
+    many = tuple(dict.fromkeys(f for r in results for f in r.episode_failures))
+    lost = tuple(dict.fromkeys([f.episode_index for f in dropped] + [ep for m in many for ep in m.episode_indices()]))
     if not failures and [r.part for r in results] != list(range(expected)):
         failures.append(LeRobotImportError(
             "accounting", f"expected parts 0..{expected - 1}, got {[r.part for r in results]}, please report it",
             dataset=dataset, episodes_file=episodes_file, file=episodes_file).to_record())
     if failures:
         discard_episodes_file(out_root, episodes_file, results)
-        return failed_file(dataset, episodes_file, episode_indices + lost, failures + list(dropped))
+        return failed_file(dataset, episodes_file, episode_indices + lost, failures + list(dropped), many)
     written = [paths.output_part_path(episodes_file, r.part, expected) for r in results]
     for r, path in zip(results, written):
         storage.commit(r.tmp_uri, storage.join(out_root, path))
@@ -160,15 +163,34 @@ def commit_episodes_file(out_root: str, dataset: str, episodes_file: str, result
                   f"missing or broken ({paths.ERRORS} names each); the others imported",)
     return FileOutcome(dataset=dataset, episodes_file=episodes_file, status="imported", parts=tuple(written),
                        episodes=len(episode_indices) + len(lost), episodes_written=len(episode_indices),
-                       episodes_failed=len(lost), failures=dropped,
+                       episodes_failed=len(lost), failures=dropped, episode_failures=many,
                        frames=sum(r.frames for r in results), bytes=sum(r.bytes for r in results),
                        data_bytes=sum(r.data_bytes for r in results), notes=notes, part_files=part_files)
 
 
-def errors_jsonl(failures: Iterable[FailureRecord]) -> bytes:
+def errors_jsonl(failures: Iterable[Union[FailureRecord, EpisodeFailures]]) -> bytes:
     """errors.jsonl: one JSON object per failure, in a stable order."""
-    rows = sorted(failures, key=FailureRecord.sort_key)
-    return "".join(json.dumps(f.to_json_dict(), sort_keys=True) + "\n" for f in rows).encode()
+    sink = io.BytesIO()
+    write_errors_jsonl(sink, failures)
+    return sink.getvalue()
+
+
+def write_errors_jsonl(sink: IO[bytes], failures: Iterable[Union[FailureRecord, EpisodeFailures]]) -> int:
+    """Write errors.jsonl to `sink` row by row, in a stable order (`failure_rows`), each line through the
+    one redaction every text of the output passes; returns the rows written. Records standing for many
+    rows are expanded as they are written, a batch of lines at a time: hundreds of thousands of failed
+    episodes never sit in memory as records, nor as one string."""
+    batch: list[str] = []
+    written = 0
+    for f in failure_rows(failures):
+        batch.append(json.dumps(f.to_json_dict(), sort_keys=True) + "\n")
+        written += 1
+        if len(batch) >= 4096:
+            sink.write(redact("".join(batch), shapes=False).encode())
+            batch.clear()
+    if batch:
+        sink.write(redact("".join(batch), shapes=False).encode())
+    return written
 
 
 def manifest_bytes(doc: Mapping) -> bytes:
@@ -177,12 +199,29 @@ def manifest_bytes(doc: Mapping) -> bytes:
     return redact(json.dumps(doc, indent=2, sort_keys=True) + "\n", shapes=False).encode()
 
 
+def write_manifest(sink: IO[bytes], doc: Mapping) -> None:
+    """Write `manifest_bytes(doc)` to `sink` a batch of whole lines at a time: the manifest of a dataset of
+    hundreds of thousands of episodes (each group's source files listed) is not held whole, twice, as text
+    and as bytes. Each batch is redacted as the whole text would be (a JSON line holds no raw newline)."""
+    pending: list[str] = []
+    size = 0
+    for piece in json.JSONEncoder(indent=2, sort_keys=True).iterencode(doc):
+        pending.append(piece)
+        size += len(piece)
+        if size >= 1 << 20 and "\n" in piece:
+            text = "".join(pending)
+            cut = text.rindex("\n") + 1
+            sink.write(redact(text[:cut], shapes=False).encode())
+            pending, size = [text[cut:]], len(text) - cut
+    sink.write(redact("".join(pending) + "\n", shapes=False).encode())
+
+
 def file_entry(o: FileOutcome, source: Optional[Mapping], run_id: str) -> dict:
     """An episodes file's manifest entry: its outcome, the sources it was made from, the run that wrote it."""
     return {
         "status": o.status, "run_id": run_id, **(source or {}), "parts": list(o.parts), "episodes": o.episodes,
         "episodes_written": o.episodes_written, "episodes_failed": o.episodes_failed,
-        "frames": o.frames, "bytes": o.bytes, "data_bytes": o.data_bytes, "failures": len(o.failures),
+        "frames": o.frames, "bytes": o.bytes, "data_bytes": o.data_bytes, "failures": o.failure_count,
         "notes": list(o.notes), "part_files": [p.to_json() for p in o.part_files],
     }
 
@@ -199,7 +238,7 @@ def _totals(outcomes: Sequence[FileOutcome], dataset_failures: int, warnings: in
         "episodes_failed": sum(o.episodes_failed for o in outcomes if o.status in ("failed", "imported")),
         "frames": sum(o.frames for o in outcomes),
         "bytes": sum(o.bytes for o in outcomes),
-        "errors": sum(len(o.failures) for o in outcomes) + dataset_failures,
+        "errors": sum(o.failure_count for o in outcomes) + dataset_failures,
         "warnings": warnings,
     }
 

@@ -90,7 +90,8 @@ def check_to_import(config: ImportConfig, root: str, out: str) -> CheckedDataset
     if decided.media is not None:  # each MP4's token and whether its row is carried; the shards that may change
         media = decided.media
         versions = [((root, rel), Mp4Version(media.tokens[rel], rel in media.carried, rel in media.shared, out))
-                    for rel in sorted(media.used)]
+                    for rel in sorted(media.used)
+                    if media.tokens[rel] != "missing"]  # nothing to carry nor record: not one per MP4 of a gone folder
         touches = [((root, shard), ShardTouch(keep, out)) for shard, keep in media.touched.items()]
     decisions = DatasetReport(file_sources=decided.file_sources, kept=decided.kept, warnings=decided.warnings,
                               index_kept=decided.index_kept, video_versions=decided.video_versions)

@@ -12,7 +12,7 @@ from typing import Iterable, Optional, Sequence
 
 from transforms import quality
 from transforms.base import live_counts, run_limits, stopping, storage
-from transforms.base.errors import FailureRecord, LeRobotImportError, redact, rule_of_repr
+from transforms.base.errors import FailureRecord, LeRobotImportError, rule_of_repr
 from transforms.lerobot.info import INFO_PATH
 from transforms.output import journal, paths, safety, sinks, writes
 from transforms.output.incremental import KeptFile
@@ -66,24 +66,25 @@ class DatasetFinisher(Counted):
         doc = writes.manifest(root, None, outcomes, started_at=self._config.started_at,
                               finished_at=writes.now_iso(), dataset_failures=failures, run_id=self._config.run_id,
                               options=self._config.output_options())
-        return self._write(root, report.outputs[0], doc, [f for o in outcomes for f in o.failures] + failures)
+        return self._write(root, report.outputs[0], doc,
+                           [f for o in outcomes for f in o.failures + o.episode_failures] + failures)
 
-    def _write(self, root: str, out: str, doc: dict, failures: list[FailureRecord]) -> Optional[dict]:
+    def _write(self, root: str, out: str, doc: dict, failures: list) -> Optional[dict]:
         # Every text the output holds passes the one redaction (records already did; warnings, notes and
-        # the dataset's own strings in the manifest too).
-        rows = writes.errors_jsonl(failures).decode()
+        # the dataset's own strings in the manifest too). errors.jsonl is written row by row as its records
+        # are expanded (`writes.write_errors_jsonl`): it may list hundreds of thousands of episodes.
         # The pair is the output's own bookkeeping, not a read of the source: a phase deadline that passes
         # meanwhile must not cut it between its two files (nor leave their temporaries behind).
         with stopping.output_work(), run_limits.outside():
-            manifest = writes.manifest_bytes(doc)
             # Both files are written under temporary names first and moved into place only when both are
             # whole: a disk that fills meanwhile leaves the last run's pair as it was, never a new
             # errors.jsonl beside an old manifest (or a half-written manifest).
             written = []
             try:
-                for name, data in ((paths.ERRORS, redact(rows, shapes=False).encode()), (paths.MANIFEST, manifest)):
+                for name, write in ((paths.ERRORS, lambda f: writes.write_errors_jsonl(f, failures)),
+                                    (paths.MANIFEST, lambda f: writes.write_manifest(f, doc))):
                     final = storage.join(out, name)
-                    written.append((storage.write_tmp(final, lambda f, data=data: f.write(data)), final))
+                    written.append((storage.write_tmp(final, write), final))
                 for tmp, final in written:
                     storage.commit(tmp, final)
             except LeRobotImportError as ex:
@@ -154,7 +155,7 @@ def finish_dataset(config: ImportConfig, root: str, report: DatasetReport) -> tu
     doc["media_index_layout"] = paths.MEDIA_INDEX_LAYOUT
     doc["media_index_files"] = [s.to_json() for s in shards]
     doc["video_versions"] = video_versions
-    failures = [f for o in outcomes for f in o.failures] + dataset_failures
+    failures = [f for o in outcomes for f in o.failures + o.episode_failures] + dataset_failures
     carry_kept_files(doc, report.kept, out, sinks.sink(config.sink))
     failures += record_quality(config, root, doc, report)
     totals = doc["totals"]
@@ -286,10 +287,11 @@ def skip_videos_notes(failures: Iterable[VideoFailure]) -> list[str]:
         by_camera.setdefault(f.camera, []).append(f)
     notes = []
     for camera, found in sorted(by_camera.items()):
-        files = sorted({f.file for f in found})
+        counts = {f.file: f.count for f in found}  # a record of a gone folder stands for `count` MP4s
+        files, n = sorted(counts), sum(counts.values())
         rules = ", ".join(sorted({f.rule for f in found}))
-        what = "is" if len(files) == 1 else "are"
-        notes.append(f"camera `{camera}`: {len(files)} MP4 file{'s' if len(files) > 1 else ''} {what} missing or "
+        what = "is" if n == 1 else "are"
+        notes.append(f"camera `{camera}`: {n} MP4 file{'s' if n > 1 else ''} {what} missing or "
                      f"unusable ({rules}; first: {files[0]}), so the episodes using them were not imported; "
                      "--skip-videos imports the dataset without its video features")
     return notes

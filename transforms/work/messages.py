@@ -22,7 +22,7 @@ from transforms.episode.clips import Mp4File
 from transforms.output.incremental import KeptFile
 from transforms.output.sinks import DEFAULT_SINK
 from transforms.output.index_shards import MediaIndexRow, ShardOutcome, ShardRecord
-from transforms.episode.outcomes import FileOutcome, PartResult
+from transforms.episode.outcomes import EpisodeFailures, FileOutcome, PartResult
 from transforms.episode.quirks import ClipSpan, WarningRecord
 from transforms.lerobot.fingerprint import Fingerprint
 from transforms.lerobot.sources import EpisodesFileSources
@@ -84,6 +84,9 @@ class PartHeader:
     num_parts: int
     rows: tuple[EpisodeRow, ...]
     output: str  # the dataset's output root
+    #: v2.x: the part's episodes left out at planning (their own files lie in folders that do not exist), one
+    #: record for all of them; they are in `plan` but not in `rows`, and go on to the file's commit as failed
+    episode_failures: tuple[EpisodeFailures, ...] = ()
 
 
 @dataclasses.dataclass(frozen=True)
@@ -158,6 +161,9 @@ class VideoFailure:
     camera: str
     file: str
     rule: str
+    #: how many MP4s of the camera it stands for, `file` the first of them: the MP4s of episodes left out at
+    #: planning (their folder does not exist) are reported one record per folder
+    count: int = 1
 
 
 class _Merged:

@@ -21,7 +21,7 @@ from transforms import quality
 from transforms.base import live_counts, run_limits, stopping, storage
 from transforms.base.errors import FailureRecord, LeRobotImportError
 from transforms.episode import frames
-from transforms.episode.outcomes import PartResult
+from transforms.episode.outcomes import PartResult, episode_failures_from_json, episode_failures_json
 from transforms.lerobot import data_files, layouts
 from transforms.lerobot.info import DatasetInfo
 from transforms.output import journal, lease, sinks, writes
@@ -332,7 +332,8 @@ def part_record(result: PartResult, findings) -> dict:
             "tmp_uri": result.tmp_uri, "frames": result.frames, "bytes": result.bytes,
             "data_bytes": result.data_bytes, "oversized": result.oversized, "sha256": result.sha256,
             "findings": [dataclasses.asdict(f) for f in findings],
-            "dropped": [f.to_json_dict() for f in result.dropped]}
+            "dropped": [f.to_json_dict() for f in result.dropped],
+            "episode_failures": [episode_failures_json(f) for f in result.episode_failures]}
 
 
 def part_from_record(root: str, rel: str, record: dict) -> PartResult:
@@ -341,7 +342,9 @@ def part_from_record(root: str, rel: str, record: dict) -> PartResult:
                       episode_indices=tuple(int(e) for e in record["episode_indices"]), tmp_uri=record["tmp_uri"],
                       frames=int(record["frames"]), bytes=int(record["bytes"]), data_bytes=int(record["data_bytes"]),
                       oversized=bool(record["oversized"]), sha256=str(record["sha256"]),
-                      dropped=tuple(FailureRecord(**f) for f in record.get("dropped") or ()))
+                      dropped=tuple(FailureRecord(**f) for f in record.get("dropped") or ()),
+                      episode_failures=tuple(episode_failures_from_json(f)
+                                             for f in record.get("episode_failures") or ()))
 
 
 def drop_failed_episodes(header: PartHeader, failures: Sequence[FailureRecord]
@@ -389,7 +392,8 @@ def _part_result(header: PartHeader, **written) -> FileInputs:
     return FileInputs(results=(PartResult(
         dataset=header.dataset, episodes_file=header.episodes_file, part=header.plan.part,
         num_parts=header.num_parts, episode_indices=tuple(r.episode_index for r in header.rows),
-        data_bytes=header.plan.data_bytes, oversized=header.plan.oversized, **written),), outputs=(header.output,))
+        data_bytes=header.plan.data_bytes, oversized=header.plan.oversized,
+        episode_failures=header.episode_failures, **written),), outputs=(header.output,))
 
 
 def _failed_part(header: PartHeader, failures: Iterable[FailureRecord]) -> FileInputs:

@@ -6,20 +6,20 @@ dataset-wide duplicate check.
 from __future__ import annotations
 
 import dataclasses
-from typing import Iterable, Iterator, Optional, Sequence
+from typing import Iterable, Iterator, Mapping, Optional, Sequence
 
 from transforms import quality
 from transforms.base import storage
 from transforms.base.errors import LeRobotImportError
 from transforms.episode import quirks
-from transforms.episode.outcomes import failed_file
+from transforms.episode.outcomes import FilesMissing, failed_file, index_ranges
 from transforms.episode.quirks import ClipSpan
 from transforms.lerobot import data_files, episodes_files, layouts
 from transforms.lerobot.dataset import check_dataset
 from transforms.lerobot.depth import is_depth
 from transforms.lerobot.info import DatasetInfo
 from transforms.work.messages import (ClipUse, DatasetReport, FileCounts, FileInputs, ImportConfig, PartHeader,
-                                      PartInputs, error_record, load_info)
+                                      PartInputs, VideoFailure, error_record, load_info)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -95,7 +95,7 @@ class EpisodesFilePlanner:
             parts = episodes_files.plan_parts(rows, lambda f: self._data_file_size(root, f), row_groups,
                                                  limit=self._config.data_span_limit,
                                                  one_part=self._config.one_part, file=rel)
-            return info, rows, parts
+            return info, rows, parts, layout.left_out(root, rows, info)
         except LeRobotImportError as ex:
             episodes = (tuple(r.episode_index for r in read) if read is not None else
                         layout.failed_episodes(root, rel, info))
@@ -104,22 +104,52 @@ class EpisodesFilePlanner:
 
 
 def planned_file(root: str, rel: str, out: str, info: DatasetInfo, rows: Sequence[episodes_files.EpisodeRow],
-                 parts: Sequence[episodes_files.PartPlan]) -> PlannedFile:
-    """Per part: its header, its clip uses per MP4, its episode ids; the file's warnings and counts."""
+                 parts: Sequence[episodes_files.PartPlan],
+                 left_out: Optional[Mapping[int, tuple]] = None) -> PlannedFile:
+    """Per part: its header, its clip uses per MP4, its episode ids; the file's warnings and counts. The
+    episodes `left_out` (v2.x: their own files lie in folders that do not exist) are in their part's plan but
+    not its rows, and have no clip use: their part's header holds their failures, one record per part."""
     by_position = {r.position: r for r in rows}
+    left_out = left_out or {}
     to_parts, episode_ids, uses = [], [], []
     for plan in parts:
         key = (root, rel, plan.part)
         part_rows = tuple(by_position[p] for p in plan.positions)
-        to_parts.append((key, PartInputs(headers=(PartHeader(root, rel, plan, len(parts), part_rows, out),))))
+        kept = tuple(r for r in part_rows if r.position not in left_out)
+        lost = files_missing(root, rel, [r for r in part_rows if r.position in left_out], left_out)
+        to_parts.append((key, PartInputs(headers=(PartHeader(root, rel, plan, len(parts), kept, out, lost),))))
         episode_ids.extend(((root, row.episode_index), rel) for row in part_rows)
-        uses.extend(((root, mp4), use) for mp4, use in clip_uses(key, part_rows, info, out))
+        uses.extend(((root, mp4), use) for mp4, use in clip_uses(key, kept, info, out))
     warnings = quirks.clip_end_warnings(root, rel, rows, info.fps) + quirks.oversized_episode_warnings(
         root, rel, rows, parts)
     counts = FileCounts(rel, len(rows), sum(r.length for r in rows),
                         tuple(map(tuple, quality.index_ranges([r.episode_index for r in rows]))))
     return PlannedFile(tuple(rows), tuple(to_parts), tuple(episode_ids), tuple(uses),
-                       DatasetReport(warnings=tuple(warnings), file_counts=(counts,)))
+                       DatasetReport(warnings=tuple(warnings), file_counts=(counts,),
+                                     mp4_failures=gone_mp4s(root, rows, left_out)))
+
+
+def gone_mp4s(root: str, rows: Sequence[episodes_files.EpisodeRow],
+              left_out: Mapping[int, tuple]) -> tuple[VideoFailure, ...]:
+    """The MP4s of the rows left out, per camera: one record for all of them (its first file and how many), as
+    the MP4 step reports each MP4 it cannot use."""
+    found: dict[str, list[str]] = {}
+    for row in rows:
+        gone = {own.video_key for own in left_out.get(row.position, ())}
+        for clip in row.videos:
+            if clip.key in gone:
+                found.setdefault(clip.key, []).append(clip.file)
+    return tuple(VideoFailure(root, camera, min(files), "file_missing", len(files))
+                 for camera, files in sorted(found.items()))
+
+
+def files_missing(root: str, rel: str, rows: Sequence[episodes_files.EpisodeRow],
+                  left_out: Mapping[int, tuple]) -> tuple[FilesMissing, ...]:
+    """The failures of rows left out at planning: one record per set of files named, the episodes as ranges."""
+    by_files: dict[tuple, list[int]] = {}
+    for row in rows:
+        by_files.setdefault(left_out[row.position], []).append(row.episode_index)
+    return tuple(FilesMissing(root, rel, index_ranges(eps), files) for files, eps in by_files.items())
 
 
 def clip_uses(part: tuple[str, str, int], rows: Sequence[episodes_files.EpisodeRow],
