@@ -266,3 +266,26 @@ def test_a_killed_run_leaves_its_journal_and_the_next_run_imports_only_the_rest(
     names = [p.name for p in out.rglob("*")]
     assert not [n for n in names if ".tmp-" in n] and not (out / ".journal").exists()
     assert _outputs(fs, str(out)) == reference
+
+
+def test_an_interrupted_manifest_counts_its_entries_as_a_finished_one_does():
+    """The totals of a manifest are counted by one function whichever path writes it: a v2.x file imported
+    without two of its episodes counts them as failed after an interrupt too (episodes read = written +
+    failed), and a file the previous run removed is not counted again as removed by this one."""
+    from transforms.episode.outcomes import FileOutcome
+    from transforms.output import journal, writes
+
+    v2 = "meta/episodes.jsonl:chunk-000"
+    imported = FileOutcome(dataset="file:///d", episodes_file=v2, status="imported", parts=("episodes/p.parquet",),
+                           episodes=5, episodes_written=3, episodes_failed=2, frames=30, bytes=700)
+    finished = writes.manifest("file:///d", None, [imported], started_at="s", finished_at="f")
+    assert finished["totals"]["episodes_failed"] == 2
+
+    previous = {"options": {}, "warnings": [], "totals": {"errors": 0},
+                "episodes_files": {"meta/episodes.jsonl:chunk-001": {"status": "removed", "parts": []}}}
+    record = {"kind": "episodes_file", "episodes_file": v2, "entry": finished["episodes_files"][v2]}
+    folded = journal.fold(previous, [record], dataset="file:///d", options={}, run_id="r")
+    assert folded["totals"] == finished["totals"]
+    assert folded["totals"]["episodes"] == folded["totals"]["episodes_written"] + folded["totals"]["episodes_failed"]
+    assert folded["totals"]["episodes_files_removed"] == 0
+    assert list(folded["episodes_files"]) == [v2]

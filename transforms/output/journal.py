@@ -33,7 +33,7 @@ from typing import Any, Iterable, Mapping, Optional
 from transforms.base import storage
 from transforms.base.errors import LeRobotImportError, quote
 from transforms.lerobot import layouts
-from transforms.output import paths, safety
+from transforms.output import paths, safety, writes
 
 _LOG = logging.getLogger(__name__)
 
@@ -308,7 +308,9 @@ def fold(previous: Optional[Mapping[str, Any]], records: Iterable[Mapping[str, A
         "media_index_layout": paths.MEDIA_INDEX_LAYOUT}
     if previous and not isinstance(doc.get("video_versions"), dict):
         doc["video_versions"] = {}
-    entries = dict(doc.get("episodes_files") or {})
+    # A file the previous run removed is recorded as removed once, by that run, as a finished run does
+    entries = {k: e for k, e in (doc.get("episodes_files") or {}).items()
+               if not (isinstance(e, dict) and e.get("status") == "removed")}
     shards = {r.get("path"): r for r in doc.get("media_index_files") or [] if isinstance(r, dict)}
     versions = dict(doc.get("video_versions") or {})
     for r in records:
@@ -329,28 +331,10 @@ def fold(previous: Optional[Mapping[str, Any]], records: Iterable[Mapping[str, A
     doc["run_id"] = run_id or doc.get("run_id")
     if note:
         doc["notes"] = list(doc.get("notes") or []) + [note]
-    doc["totals"] = _totals(doc["episodes_files"].values(), previous)
+    earlier = (previous or {}).get("totals") or {}
+    doc["totals"] = writes.totals(doc["episodes_files"], errors=int(earlier.get("errors") or 0),
+                                  warnings=len((previous or {}).get("warnings") or []))
     return doc
-
-
-def _totals(entries: Iterable[Mapping], previous: Optional[Mapping]) -> dict:
-    entries = [e for e in entries if isinstance(e, dict) and e.get("status") != "removed"]
-    good = [e for e in entries if e.get("status") in ("imported", "unchanged")]
-    totals = {
-        "episodes_files": len(entries),
-        "episodes_files_imported": sum(e.get("status") == "imported" for e in entries),
-        "episodes_files_failed": sum(e.get("status") == "failed" for e in entries),
-        "episodes_files_unchanged": sum(e.get("status") == "unchanged" for e in entries),
-        "episodes_files_removed": 0,
-        "episodes": sum(int(e.get("episodes") or 0) for e in entries),
-        "episodes_written": sum(int(e.get("episodes_written") or 0) for e in good),
-        "episodes_failed": sum(int(e.get("episodes_failed") or 0) for e in entries if e.get("status") == "failed"),
-        "frames": sum(int(e.get("frames") or 0) for e in good),
-        "bytes": sum(int(e.get("bytes") or 0) for e in good),
-        "errors": int(((previous or {}).get("totals") or {}).get("errors") or 0),
-        "warnings": len((previous or {}).get("warnings") or []),
-    }
-    return totals
 
 
 def clear(out_root: str, uris: Iterable[str]) -> None:

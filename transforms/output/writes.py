@@ -226,19 +226,41 @@ def file_entry(o: FileOutcome, source: Optional[Mapping], run_id: str) -> dict:
     }
 
 
-def _totals(outcomes: Sequence[FileOutcome], dataset_failures: int, warnings: int) -> dict:
+def totals(entries: Mapping[str, Mapping], *, errors: int, warnings: int) -> dict:
+    """A manifest's totals, counted from its episodes files' entries: the one count of every path that
+    writes a manifest (the finish of an import, an interrupted run's fold of its journal), so that the
+    totals of the same entries are the same whichever path wrote them.
+
+    A `removed` entry counts only as removed. Episodes a file failed count where the file's own import
+    counted them (a failed file, or an imported v2.x file that left some out); an `unchanged` file's
+    counts are carried as its earlier run wrote them.
+
+    Args:
+        entries: the manifest's `episodes_files`.
+        errors: the errors.jsonl rows of the run.
+        warnings: the warnings the manifest lists.
+    """
+    listed = [e for e in entries.values() if isinstance(e, Mapping)]
+    live = [e for e in listed if e.get("status") != "removed"]
+
+    def count(status: str, among: Sequence[Mapping] = live) -> int:
+        return sum(e.get("status") == status for e in among)
+
+    def total(key: str, statuses: Optional[tuple[str, ...]] = None) -> int:
+        return sum(int(e.get(key) or 0) for e in live if statuses is None or e.get("status") in statuses)
+
     return {
-        "episodes_files": len(outcomes),
-        "episodes_files_imported": sum(o.status == "imported" for o in outcomes),
-        "episodes_files_failed": sum(o.status == "failed" for o in outcomes),
-        "episodes_files_unchanged": sum(o.status == "unchanged" for o in outcomes),
-        "episodes_files_removed": sum(o.status == "removed" for o in outcomes),
-        "episodes": sum(o.episodes for o in outcomes),
-        "episodes_written": sum(o.episodes_written for o in outcomes),
-        "episodes_failed": sum(o.episodes_failed for o in outcomes if o.status in ("failed", "imported")),
-        "frames": sum(o.frames for o in outcomes),
-        "bytes": sum(o.bytes for o in outcomes),
-        "errors": sum(o.failure_count for o in outcomes) + dataset_failures,
+        "episodes_files": len(live),
+        "episodes_files_imported": count("imported"),
+        "episodes_files_failed": count("failed"),
+        "episodes_files_unchanged": count("unchanged"),
+        "episodes_files_removed": count("removed", listed),
+        "episodes": total("episodes"),
+        "episodes_written": total("episodes_written"),
+        "episodes_failed": total("episodes_failed", ("failed", "imported")),
+        "frames": total("frames"),
+        "bytes": total("bytes"),
+        "errors": errors,
         "warnings": warnings,
     }
 
@@ -269,18 +291,20 @@ def manifest(dataset: str, info_sha256: Optional[str], outcomes: Sequence[FileOu
     here; entries of files left unchanged, carried in by the caller, keep their earlier run's.
     """
     listed = sorted(warnings, key=WarningRecord.sort_key)
-    totals = _totals(outcomes, len(dataset_failures), len(listed))
+    entries = {o.episodes_file: file_entry(o, (file_sources or {}).get(o.episodes_file), run_id)
+               for o in sorted(outcomes, key=lambda o: o.episodes_file)}
+    counted = totals(entries, errors=sum(o.failure_count for o in outcomes) + len(dataset_failures),
+                     warnings=len(listed))
     return {
         "dataset": dataset,
         "info_json_sha256": info_sha256,
         "source": source,
         "run_id": run_id,
         "options": options,
-        "status": "imported" if totals["errors"] == 0 else "failed",
-        "episodes_files": {o.episodes_file: file_entry(o, (file_sources or {}).get(o.episodes_file), run_id)
-                           for o in sorted(outcomes, key=lambda o: o.episodes_file)},
+        "status": "imported" if counted["errors"] == 0 else "failed",
+        "episodes_files": entries,
         "media_index": list(media_index_files),
-        "totals": totals,
+        "totals": counted,
         "warnings": [w.to_json() for w in listed],
         "notes": list(notes),
         "tool": {"name": TOOL_NAME, "version": tool_version()},

@@ -237,20 +237,16 @@ def carry_kept_files(doc: dict, kept: Iterable[KeptFile], out: str, sink: sinks.
         out: the dataset's output root.
         sink: where the episodes went (it removes a removed file's parts).
     """
-    entries, totals = dict(doc["episodes_files"]), doc["totals"]
+    entries = dict(doc["episodes_files"])
     for k in sorted(kept, key=lambda k: k.episodes_file):
         if k.removed:
             sink.remove(out, k.episodes_file, k.entry_json)
             entries[k.episodes_file] = {"status": "removed", "parts": []}
-            totals["episodes_files_removed"] += 1
-            continue
-        entry = {**json.loads(k.entry_json), "status": "unchanged"}
-        entries[k.episodes_file] = entry
-        totals["episodes_files"] += 1
-        totals["episodes_files_unchanged"] += 1
-        for key in ("episodes", "episodes_written", "frames", "bytes"):
-            totals[key] += int(entry.get(key) or 0)
+        else:
+            entries[k.episodes_file] = {**json.loads(k.entry_json), "status": "unchanged"}
     doc["episodes_files"] = {rel: entries[rel] for rel in sorted(entries)}
+    doc["totals"] = writes.totals(doc["episodes_files"], errors=doc["totals"]["errors"],
+                                  warnings=doc["totals"]["warnings"])
 
 
 def unknown_files_notes(unknown: Sequence[str]) -> list[str]:
