@@ -323,17 +323,14 @@ def fold(previous: Optional[Mapping[str, Any]], records: Iterable[Mapping[str, A
             else:
                 shards.pop(shard, None)
             versions.update({str(k): str(v) for k, v in (r.get("versions") or {}).items()})
-    doc["episodes_files"] = {rel: entries[rel] for rel in sorted(entries)}
-    doc["media_index_files"] = [shards[p] for p in sorted(shards)]
-    doc["media_index"] = [r["path"] for r in doc["media_index_files"] if "path" in r]
-    doc["video_versions"] = {k: versions[k] for k in sorted(versions)}
+    earlier = (previous or {}).get("totals") or {}
+    writes.fill_manifest(doc, entries=entries, shards=list(shards.values()), versions=versions,
+                         errors=int(earlier.get("errors") or 0),
+                         warnings=len((previous or {}).get("warnings") or []))
     doc["status"] = INTERRUPTED
     doc["run_id"] = run_id or doc.get("run_id")
     if note:
         doc["notes"] = list(doc.get("notes") or []) + [note]
-    earlier = (previous or {}).get("totals") or {}
-    doc["totals"] = writes.totals(doc["episodes_files"], errors=int(earlier.get("errors") or 0),
-                                  warnings=len((previous or {}).get("warnings") or []))
     return doc
 
 

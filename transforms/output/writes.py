@@ -265,6 +265,28 @@ def totals(entries: Mapping[str, Mapping], *, errors: int, warnings: int) -> dic
     }
 
 
+def fill_manifest(doc: dict, *, entries: Mapping[str, Mapping], shards: Sequence[Mapping],
+                  versions: Mapping[str, str], errors: int, warnings: int) -> dict:
+    """Fill in what a manifest lists, the same way whichever path writes it (the finish of an import, an
+    interrupted run's fold of its journal): its episodes files, its media_index/ shards and the MP4 tokens
+    their rows hold, and the totals counted from those entries.
+
+    Args:
+        doc: the manifest being written; the fields above are replaced.
+        entries: per episodes file, its entry.
+        shards: the media_index/ shards' records (each names its `path`).
+        versions: per MP4, the token of its rows.
+        errors: the errors.jsonl rows of the run.
+        warnings: the warnings the manifest lists.
+    """
+    doc["episodes_files"] = {rel: entries[rel] for rel in sorted(entries)}
+    doc["media_index_files"] = sorted(shards, key=lambda r: str(r.get("path") or ""))
+    doc["media_index"] = [r["path"] for r in doc["media_index_files"] if "path" in r]
+    doc["video_versions"] = {k: versions[k] for k in sorted(versions)}
+    doc["totals"] = totals(doc["episodes_files"], errors=errors, warnings=warnings)
+    return doc
+
+
 def manifest(dataset: str, info_sha256: Optional[str], outcomes: Sequence[FileOutcome], *,
              started_at: str, finished_at: str, media_index_files: Sequence[str] = (),
              dataset_failures: Sequence[FailureRecord] = (), source: Optional[dict] = None,

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 import logging
-from typing import Iterable, Optional, Sequence
+from typing import Iterable, Mapping, Optional, Sequence
 
 from transforms import quality
 from transforms.base import live_counts, run_limits, stopping, storage
@@ -153,10 +153,10 @@ def finish_dataset(config: ImportConfig, root: str, report: DatasetReport) -> tu
                         + unknown_files_notes(unknown),
                         file_sources={s.episodes_file: s.to_manifest() for s in report.file_sources})
     doc["media_index_layout"] = paths.MEDIA_INDEX_LAYOUT
-    doc["media_index_files"] = [s.to_json() for s in shards]
-    doc["video_versions"] = video_versions
     failures = [f for o in outcomes for f in o.failures + o.episode_failures] + dataset_failures
-    carry_kept_files(doc, report.kept, out, sinks.sink(config.sink))
+    entries = carry_kept_files(doc["episodes_files"], report.kept, out, sinks.sink(config.sink))
+    writes.fill_manifest(doc, entries=entries, shards=[s.to_json() for s in shards], versions=video_versions,
+                         errors=doc["totals"]["errors"], warnings=doc["totals"]["warnings"])
     failures += record_quality(config, root, doc, report)
     totals = doc["totals"]
     if totals["episodes"] != totals["episodes_written"] + totals["episodes_failed"]:
@@ -223,8 +223,9 @@ def record_quality(config: ImportConfig, root: str, doc: dict, report: DatasetRe
     return errors
 
 
-def carry_kept_files(doc: dict, kept: Iterable[KeptFile], out: str, sink: sinks.EpisodesSink) -> None:
-    """Add the episodes files this run left alone to a manifest being written.
+def carry_kept_files(entries: Mapping[str, dict], kept: Iterable[KeptFile], out: str,
+                     sink: sinks.EpisodesSink) -> dict[str, dict]:
+    """The episodes files of a manifest being written, with those this run left alone added.
 
     An unchanged file keeps its previous entry (parts, counts and the run that wrote them), marked
     `unchanged`, and counts in the totals as before. A removed file has its parts deleted (listed
@@ -232,21 +233,19 @@ def carry_kept_files(doc: dict, kept: Iterable[KeptFile], out: str, sink: sinks.
     `removed`, with no parts, once.
 
     Args:
-        doc: the manifest of this run's outcomes; its `episodes_files` and `totals` are updated.
+        entries: the entries of this run's outcomes.
         kept: the files left alone, as the check step decided.
         out: the dataset's output root.
         sink: where the episodes went (it removes a removed file's parts).
     """
-    entries = dict(doc["episodes_files"])
+    entries = dict(entries)
     for k in sorted(kept, key=lambda k: k.episodes_file):
         if k.removed:
             sink.remove(out, k.episodes_file, k.entry_json)
             entries[k.episodes_file] = {"status": "removed", "parts": []}
         else:
             entries[k.episodes_file] = {**json.loads(k.entry_json), "status": "unchanged"}
-    doc["episodes_files"] = {rel: entries[rel] for rel in sorted(entries)}
-    doc["totals"] = writes.totals(doc["episodes_files"], errors=doc["totals"]["errors"],
-                                  warnings=doc["totals"]["warnings"])
+    return entries
 
 
 def unknown_files_notes(unknown: Sequence[str]) -> list[str]:
