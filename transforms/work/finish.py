@@ -145,7 +145,7 @@ def finish_dataset(config: ImportConfig, root: str, report: DatasetReport) -> tu
     warnings = [w for w in report.warnings if w.episodes_file is None or w.episodes_file in imported]
     sources = [s for s in report.sources if s is not None]
     doc = writes.manifest(root, info_sha256(root), outcomes, started_at=config.started_at,
-                        finished_at=writes.now_iso(), media_index_files=[s.path for s in shards],
+                        finished_at=writes.now_iso(),
                         dataset_failures=dataset_failures,
                         source=sources[0].to_json() if sources else None, run_id=config.run_id,
                         options=config.output_options(), warnings=warnings,
