@@ -68,7 +68,7 @@ from transforms.reader.episode import Episode, camera_handle, field_values
 from transforms.reader import read_ahead as read_ahead_lib
 from transforms.reader.decoder import Decoder
 from transforms.reader.gop_cache import GopCache
-from transforms.reader.import_reader import ImportReader, _parquet_read, _read_manifest
+from transforms.reader.import_reader import ImportReader, _read_manifest
 from transforms.reader.seek import DEFAULT_TOLERANCE, ReaderError, TrackTables, VideoHandle
 
 try:  # a real torch Dataset when torch is there; the module still imports without it
@@ -287,7 +287,7 @@ class _Prepared:
 def _values(col: pa.Array, f: _Feature) -> tuple[np.ndarray, Optional[np.ndarray]]:
     raw = field_values(col)
     nulls = None
-    if np.ma.isMaskedArray(raw):
+    if col.null_count and np.ma.isMaskedArray(raw):  # np.ma (imported on first use) only where there are nulls
         mask = np.ma.getmaskarray(raw)
         nulls = mask.reshape(len(mask), -1).any(axis=1)
         raw = raw.filled(0)
@@ -434,10 +434,11 @@ class ImportedFrames(_Dataset):
         if self.moved_to is not None:
             self.dataset_root = self.moved_to
         reader = self._reader()
-        self._row_groups = reader.row_groups()
-        if not self._row_groups:
+        if not reader.parts:
             raise ReaderError(f"the import at {self.root} holds no episodes")
-        schema = _parquet_read(self._row_groups[0].part, lambda pf: pf.schema_arrow)
+        # the first part's footer alone first: its schema says whether the decoder is needed, which is then loaded
+        # while the other parts' footers are read
+        schema = reader.parquet.metadata(reader.parts[0]).schema.to_arrow_schema()
         try:
             #: The depth cameras (video or image features), by name: what turns their pixels into depth.
             self.depth = depth_lib.specs_from_metadata(schema.metadata)
@@ -448,9 +449,19 @@ class ImportedFrames(_Dataset):
         self.image_keys = [f.name for f in self.features if f.kind == "image"]
         self.camera_keys = self.cameras + self.image_keys
         self.has_language = any(f.name in LANGUAGE_FIELDS for f in schema.field("frames").type.value_type)
-        if self.cameras:
-            self._gops.decoder.preload()  # in this process: forked workers start with it
-        self._scan(episodes)
+        loading = None
+        if self.cameras:  # in this process: forked workers start with it
+            loading = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="preload")
+            preloaded = loading.submit(self._gops.decoder.preload)
+        try:
+            self._scan(episodes)
+            if self.cameras:  # media_index/'s footers, here once rather than in each worker
+                reader.media_index.load()
+        finally:
+            if loading is not None:
+                loading.shutdown(wait=True)  # no thread is left to a process forked afterwards
+        if loading is not None:
+            preloaded.result()
         self.fps: Optional[float] = None
         self.delta_indices: Optional[dict[str, list[int]]] = None
         if self.delta_timestamps is not None:
@@ -458,6 +469,7 @@ class ImportedFrames(_Dataset):
         self.recipe = self._load_recipe(recipe)
         self._task_names: Optional[dict[int, str]] = None
         self._task_error: Optional[str] = None
+        self._tasks()  # every item names its task: read here once rather than in each worker
         self._gop_ids: dict[str, np.ndarray] = {}
 
     # -- setup ---------------------------------------------------------------------------------
@@ -473,7 +485,10 @@ class ImportedFrames(_Dataset):
 
     def _check_process(self) -> None:
         if self._pid != os.getpid():
+            reader = self._import_reader
             self._init_process()
+            if reader is not None:  # a forked child keeps what the parent read (the footers, media_index/'s groups)
+                self._import_reader = reader.forked()
 
     def _reader(self) -> ImportReader:
         self._check_process()
@@ -487,8 +502,11 @@ class ImportedFrames(_Dataset):
         """Each row group's episodes and lengths (two columns read per row group); the selection."""
         rg_pos, rows, indices, lengths = [], [], [], []
         reader = self._reader()
-        for k, ref in enumerate(self._row_groups):
-            t = reader.read_rows(ref, ["episode_index", "length"])
+        tables = reader.read_columns(["episode_index", "length"])  # with the parts' footers, several at a time
+        self._row_groups = reader.row_groups()
+        if not self._row_groups:
+            raise ReaderError(f"the import at {self.root} holds no episodes")
+        for k, t in enumerate(tables):
             n = t.num_rows
             rg_pos.append(np.full(n, k, np.int64))
             rows.append(np.arange(n, dtype=np.int64))
