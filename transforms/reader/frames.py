@@ -436,8 +436,6 @@ class ImportedFrames(_Dataset):
         reader = self._reader()
         if not reader.parts:
             raise ReaderError(f"the import at {self.root} holds no episodes")
-        # the first part's footer alone first: its schema says whether the decoder is needed, which is then loaded
-        # while the other parts' footers are read
         schema = reader.parquet.metadata(reader.parts[0]).schema.to_arrow_schema()
         try:
             #: The depth cameras (video or image features), by name: what turns their pixels into depth.
@@ -449,19 +447,11 @@ class ImportedFrames(_Dataset):
         self.image_keys = [f.name for f in self.features if f.kind == "image"]
         self.camera_keys = self.cameras + self.image_keys
         self.has_language = any(f.name in LANGUAGE_FIELDS for f in schema.field("frames").type.value_type)
-        loading = None
-        if self.cameras:  # in this process: forked workers start with it
-            loading = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="preload")
-            preloaded = loading.submit(self._gops.decoder.preload)
-        try:
-            self._scan(episodes)
-            if self.cameras:  # media_index/'s footers, here once rather than in each worker
-                reader.media_index.load()
-        finally:
-            if loading is not None:
-                loading.shutdown(wait=True)  # no thread is left to a process forked afterwards
-        if loading is not None:
-            preloaded.result()
+        if self.cameras:
+            self._gops.decoder.preload()  # in this process: forked workers start with it
+        self._scan(episodes)
+        if self.cameras:  # media_index/'s footers, here once rather than in each worker
+            reader.media_index.load()
         self.fps: Optional[float] = None
         self.delta_indices: Optional[dict[str, list[int]]] = None
         if self.delta_timestamps is not None:
