@@ -37,8 +37,11 @@ are laid out in MP4s: each MP4's MediaIndex is read once per process into the nu
 needs (`ImportReader.tracks`, shared by every episode of the file), each media_index/ shard and
 episode part is opened once per process, and an episode row group is read once and served from
 numpy; no item copies a file's index or builds the logical record (`ImportReader.episode()` does).
-The dataset pickles without any open file or decoder and rebuilds its readers lazily in each process,
-so `DataLoader(num_workers > 0)` works with any start method.
+The process that makes the dataset reads every part's footer, media_index/'s footers and the dataset's tasks
+once; a DataLoader worker forked from it keeps them (its reader is the parent's, with its own open files and
+locks), so a worker's first batch reads only its items' row groups, MP4 tables and video bytes. The dataset
+pickles without any open file or decoder and rebuilds its readers lazily in each process, so
+`DataLoader(num_workers > 0)` works with any start method.
 
 torch is needed to build one (`pip install -e ".[torch]"`); this module imports without it.
 """
