@@ -12,6 +12,7 @@ import hashlib
 import importlib.metadata
 import io
 import json
+from json.encoder import encode_basestring_ascii as _encode_text
 from typing import IO, Iterable, Mapping, Optional, Sequence, Union
 
 import pyarrow as pa
@@ -183,7 +184,7 @@ def write_errors_jsonl(sink: IO[bytes], failures: Iterable[Union[FailureRecord, 
     batch: list[str] = []
     written = 0
     for f in failure_rows(failures):
-        batch.append(json.dumps(f.to_json_dict(), sort_keys=True) + "\n")
+        batch.append(_error_line(f))
         written += 1
         if len(batch) >= 4096:
             sink.write(redact("".join(batch), shapes=False).encode())
@@ -191,6 +192,21 @@ def write_errors_jsonl(sink: IO[bytes], failures: Iterable[Union[FailureRecord, 
     if batch:
         sink.write(redact("".join(batch), shapes=False).encode())
     return written
+
+
+def _json_text(value: Optional[str]) -> str:
+    return "null" if value is None else _encode_text(value)
+
+
+def _error_line(f: FailureRecord) -> str:
+    """`json.dumps(f.to_json_dict(), sort_keys=True)` and a newline, put together field by field (the same
+    bytes, in a fraction of the time over hundreds of thousands of rows)."""
+    if type(f.episode_index) is not int and f.episode_index is not None:
+        return json.dumps(f.to_json_dict(), sort_keys=True) + "\n"
+    episode = "null" if f.episode_index is None else str(f.episode_index)
+    return (f'{{"dataset": {_json_text(f.dataset)}, "episode_index": {episode}, '
+            f'"episodes_file": {_json_text(f.episodes_file)}, "file": {_json_text(f.file)}, '
+            f'"message": {_json_text(f.message)}, "rule": {_json_text(f.rule)}}}\n')
 
 
 def manifest_bytes(doc: Mapping) -> bytes:
