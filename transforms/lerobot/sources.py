@@ -374,7 +374,10 @@ def _v2_groups(root: str, listing: SourceListing, info: DatasetInfo, used_info: 
             out.append(episodes_file_sources(listing, name, basis, (), (), problem=str(ex)))
             continue
         data, videos = references(rows)
-        out.append(episodes_file_sources(listing, name, basis, data, videos, rows=rows))
+        found = episodes_file_sources(listing, name, basis, data, videos, rows=rows)
+        # held as what renders them (see `v2.OwnPaths`): the same paths, without one string per episode and camera
+        compact = v2.own_paths(info, [r.episode_index for r in rows])
+        out.append(dataclasses.replace(found, data_files=compact[0], video_files=compact[1]))
     return tuple(sorted(out, key=lambda f: f.episodes_file))
 
 
