@@ -184,10 +184,14 @@ class EpisodesFileSources:
     problem: Optional[str] = None  # why the rows could not be read: the import will fail and say so
     rows: Optional[tuple[EpisodeRow, ...]] = dataclasses.field(default=None, compare=False, repr=False)
 
-    def to_manifest(self) -> dict[str, Any]:
-        """What the manifest records for this episodes file, so the next run can decide without reading it."""
+    def to_manifest(self, *, rendered: bool = True) -> dict[str, Any]:
+        """What the manifest records for this episodes file, so the next run can decide without reading it.
+        `rendered=False`: a v2.x group's paths stay held as what renders them (`v2.OwnPaths`), for a writer
+        that renders them one entry at a time as it writes it (`writes.write_manifest`)."""
+        def listed(paths: Sequence[str]) -> Sequence[str]:
+            return paths if not rendered and isinstance(paths, v2.OwnPaths) else list(paths)
         return {"source_digest": self.digest, "source_basis": self.basis,
-                "source_data_files": list(self.data_files), "source_video_files": list(self.video_files)}
+                "source_data_files": listed(self.data_files), "source_video_files": listed(self.video_files)}
 
 
 def missing_source(src: EpisodesFileSources, listing: SourceListing, root: str) -> Optional[LeRobotImportError]:

@@ -212,7 +212,15 @@ def _error_line(f: FailureRecord) -> str:
 def manifest_bytes(doc: Mapping) -> bytes:
     """manifest.json's bytes, through the one redaction every text of the output passes (the dataset's own
     strings and the notes included; without `shapes`: a file may be named like anything)."""
-    return redact(json.dumps(doc, indent=2, sort_keys=True) + "\n", shapes=False).encode()
+    return redact(json.dumps(doc, indent=2, sort_keys=True, default=_as_list) + "\n", shapes=False).encode()
+
+
+def _as_list(value: object) -> list:
+    """A sequence that is not a list, as JSON writes it: a v2.x group's source paths are held as what renders
+    them (`v2.OwnPaths`) until its manifest entry is written, one entry at a time."""
+    if isinstance(value, Sequence) and not isinstance(value, (str, bytes)):
+        return list(value)
+    raise TypeError(f"Object of type {type(value).__name__} is not JSON serializable")
 
 
 def write_manifest(sink: IO[bytes], doc: Mapping) -> None:
@@ -221,7 +229,7 @@ def write_manifest(sink: IO[bytes], doc: Mapping) -> None:
     and as bytes. Each batch is redacted as the whole text would be (a JSON line holds no raw newline)."""
     pending: list[str] = []
     size = 0
-    for piece in json.JSONEncoder(indent=2, sort_keys=True).iterencode(doc):
+    for piece in json.JSONEncoder(indent=2, sort_keys=True, default=_as_list).iterencode(doc):
         pending.append(piece)
         size += len(piece)
         if size >= 1 << 20 and "\n" in piece:

@@ -122,6 +122,9 @@ def planned_file(root: str, rel: str, out: str, info: DatasetInfo, rows: Sequenc
         part_rows = tuple(by_position[p] for p in plan.positions)
         kept = tuple(r for r in part_rows if r.position not in left_out)
         lost = files_missing(root, rel, [r for r in part_rows if r.position in left_out], left_out)
+        if lost:  # the data files of the episodes left out are not read: not listed in what goes to the writer
+            read = {r.data_file for r in kept}
+            plan = dataclasses.replace(plan, data_files=tuple(f for f in plan.data_files if f in read))
         to_parts.append((key, PartInputs(headers=(PartHeader(root, rel, plan, len(parts), kept, out, lost),))))
         uses.extend(((root, mp4), use) for mp4, use in clip_uses(key, kept, info, out))
     warnings = quirks.clip_end_warnings(root, rel, rows, info.fps) + quirks.oversized_episode_warnings(
