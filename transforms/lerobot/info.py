@@ -170,6 +170,23 @@ class PathTemplate:
                 return path
             check_relative_path(path, what=f"`{self.key}` rendered as {quote(path)}")
 
+        return self._render_slow(values)
+
+    def render_many(self, start: int, end: int, chunks_size: int, video_key: Optional[str] = None) -> list[str]:
+        """`render(episode_chunk=e // chunks_size, episode_index=e[, video_key=...])` of the episodes e in
+        start..end-1, in that order: one path per episode of a v2.x dataset, rendered by the hundred thousand."""
+        fmt = _python_format(self.template)
+        if fmt is None or start < 0 or (video_key is not None and not isinstance(video_key, str)):
+            keys = {} if video_key is None else {"video_key": video_key}
+            return [self.render(episode_chunk=e // chunks_size, episode_index=e, **keys) for e in range(start, end)]
+        keys = {} if video_key is None else {"video_key": video_key}
+        found = [fmt.format(episode_chunk=e // chunks_size, episode_index=e, **keys) for e in range(start, end)]
+        for path in found:
+            if not _plain_path(path):
+                check_relative_path(path, what=f"`{self.key}` rendered as {quote(path)}")
+        return found
+
+    def _render_slow(self, values: dict) -> str:
         def sub(m: re.Match) -> str:
             name, spec = m.group(1), m.group(2)
             value = values[name]

@@ -189,7 +189,7 @@ class EpisodesFileSources:
         `rendered=False`: a v2.x group's paths stay held as what renders them (`v2.OwnPaths`), for a writer
         that renders them one entry at a time as it writes it (`writes.write_manifest`)."""
         def listed(paths: Sequence[str]) -> Sequence[str]:
-            return paths if not rendered and isinstance(paths, v2.OwnPaths) else list(paths)
+            return paths if not rendered and isinstance(paths, v2.OwnPaths) else list(iter(paths))
         return {"source_digest": self.digest, "source_basis": self.basis,
                 "source_data_files": listed(self.data_files), "source_video_files": listed(self.video_files)}
 

@@ -342,6 +342,10 @@ class OwnFile:
             values["video_key"] = self.video_key
         return self.template.render(**values)
 
+    def paths(self, start: int, end: int) -> list[str]:
+        """`path(episode)` of the episodes start..end-1, in that order."""
+        return self.template.render_many(start, end, self.chunks_size, self.video_key)
+
 
 class OwnPaths(Sequence[str]):
     """The paths of one or more kinds of a v2.x group's own files (its data files, or its MP4s), sorted and
@@ -361,7 +365,7 @@ class OwnPaths(Sequence[str]):
         return cls(files, [(int(run[0]), int(run[-1]) + 1) for run in runs if len(run)])
 
     def _paths(self) -> list[str]:
-        return sorted({f.path(ep) for f in self.files for a, b in self.episodes for ep in range(a, b)})
+        return sorted({p for f in self.files for a, b in self.episodes for p in f.paths(a, b)})
 
     def __iter__(self) -> Iterator[str]:
         return iter(self._paths())

@@ -219,7 +219,7 @@ def _as_list(value: object) -> list:
     """A sequence that is not a list, as JSON writes it: a v2.x group's source paths are held as what renders
     them (`v2.OwnPaths`) until its manifest entry is written, one entry at a time."""
     if isinstance(value, Sequence) and not isinstance(value, (str, bytes)):
-        return list(value)
+        return list(iter(value))  # not list(value): that asks its length first, which renders it once more
     raise TypeError(f"Object of type {type(value).__name__} is not JSON serializable")
 
 
