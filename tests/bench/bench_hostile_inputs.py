@@ -50,7 +50,7 @@ LAYOUTS = ("v21", "folder_of_datasets", "missing_root", "hf_cache_snapshot", "sy
 #: v2.x metadata that crashed or ran for minutes, the tasks file a v2.x dataset reads, and the quality pass
 #: over a wide fixed-size list feature (`--cases v2` runs these alone).
 V2_HOSTILE = ("v21_clean", "v21_lengths_past_int64", "v21_episodes_line_32mb", "v21_300k_episodes_missing_data",
-              "v21_stray_tasks_parquet", "v21_tasks_jsonl_nan", "feature_100k_wide")
+              "v30_300k_episodes_missing_data", "v21_stray_tasks_parquet", "v21_tasks_jsonl_nan", "feature_100k_wide")
 
 
 def _v2_cases(episodes: int = 300_000) -> dict[str, Callable[[Path], tuple[str, list[str]]]]:
@@ -97,6 +97,13 @@ def _v2_cases(episodes: int = 300_000) -> dict[str, Callable[[Path], tuple[str, 
         write(root, [{"episode_index": i, "tasks": ["pick"], "length": 10} for i in range(episodes)])
         return str(root), []
 
+    def v30_300k_episodes_missing_data(work: Path):  # 300 episodes files of 1,000 episodes, their data files gone
+        from tests.dataset_factory import DatasetSpec, write_dataset
+        root = write_dataset(work / "v30", DatasetSpec(lengths=(10,) * episodes, episodes_per_meta_file=1000,
+                                                       episodes_per_data_file=1000))
+        shutil.rmtree(root / "data")
+        return str(root), []
+
     def v21_stray_tasks_parquet(work: Path):  # a half-finished conversion's tasks.parquet, tasks the other way
         import pyarrow as pa
         import pyarrow.parquet as pq
@@ -119,8 +126,8 @@ def _v2_cases(episodes: int = 300_000) -> dict[str, Callable[[Path], tuple[str, 
         return str(write_dataset(work / "wide", spec)), []
 
     return {f.__name__: f for f in (v21_clean, v21_lengths_past_int64, v21_episodes_line_32mb,
-                                    v21_300k_episodes_missing_data, v21_stray_tasks_parquet, v21_tasks_jsonl_nan,
-                                    feature_100k_wide)}
+                                    v21_300k_episodes_missing_data, v30_300k_episodes_missing_data,
+                                    v21_stray_tasks_parquet, v21_tasks_jsonl_nan, feature_100k_wide)}
 
 
 def _layouts() -> dict[str, Callable[[Path], tuple[str, list[str]]]]:
