@@ -333,7 +333,8 @@ def scan_dataset(root: str, options: Mapping[str, Any], *, previous_manifest: Op
         previous_manifest: the manifest of the output's last import, if any.
         listing: a listing already made of the root.
     Returns:
-        The dataset's sources; `rows` is set on every episodes file that was read.
+        The dataset's sources; `rows` is set on every v3 episodes file that was read (a v2.x group's rows
+        are read again from the parsed episodes.jsonl where they are needed).
     """
     root = storage.normalize_root(root)
     listing = listing or list_sources(root)
@@ -378,8 +379,10 @@ def _v2_groups(root: str, listing: SourceListing, info: DatasetInfo, used_info: 
             out.append(episodes_file_sources(listing, name, basis, (), (), problem=str(ex)))
             continue
         data, videos = references(rows)
-        found = episodes_file_sources(listing, name, basis, data, videos, rows=rows)
-        # held as what renders them (see `v2.OwnPaths`): the same paths, without one string per episode and camera
+        found = episodes_file_sources(listing, name, basis, data, videos)
+        # held as what renders them (see `v2.OwnPaths`): the same paths, without one string per episode and camera;
+        # and without the group's rows, which planning reads again from the parsed episodes.jsonl (kept, they
+        # would be every episode of the dataset at once)
         compact = v2.own_paths(info, [r.episode_index for r in rows])
         out.append(dataclasses.replace(found, data_files=compact[0], video_files=compact[1]))
     return tuple(sorted(out, key=lambda f: f.episodes_file))
