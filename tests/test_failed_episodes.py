@@ -260,3 +260,20 @@ def test_an_import_of_gone_chunk_folders_lists_each_group_s_sources_in_its_manif
     assert second["source_video_files"] == [f"videos/chunk-001/{c}/episode_{ep:06d}.mp4" for c in CAMERAS
                                             for ep in range(1000, 1500)]
     assert len(read_errors(out)) == 3000
+
+
+def test_the_import_s_check_plans_no_mp4_of_a_gone_folder(tmp_path):
+    """The MP4s of gone chunk folders have nothing to read, carry or drop: the import's check leaves them out
+    of its media plan (no token, no shard touched), while `plan`'s decision still lists them as it did."""
+    from transforms.base import storage
+    from transforms.lerobot import sources
+    from transforms.output import incremental
+    root = "file://" + str(_gone_chunks(tmp_path, 1500))
+    decided = incremental.decide(root, None, {}, inline_index=False, force=False)
+    assert (decided.media.tokens, decided.media.used, decided.media.touched) == ({}, frozenset(), {})
+    assert [(d.episodes_file, d.action) for d in sources.decide(decided.file_sources, None)] == [
+        (GROUP, "import"), ("meta/episodes.jsonl:chunk-001", "import")]
+    scanned = sources.scan_dataset(root, {})
+    _, listed = incremental.decide_run(scanned.files, None, scanned.listing.token,
+                                       dataset_file=lambda rel: storage.join(root, rel))
+    assert len(listed.tokens) == 3000 and set(listed.tokens.values()) == {"missing"}

@@ -465,7 +465,7 @@ def decide(current: Sequence[EpisodesFileSources], previous_manifest: Optional[M
         if action[0] == UNCHANGED and rebuild:
             action = (IMPORT, rebuild)
         elif action[0] == UNCHANGED and recorded_videos is not None and any(
-                recorded_videos.get(v) != (video_tokens or {}).get(v) for v in src.video_files):
+                recorded_videos.get(v) != (video_tokens or {}).get(v, "missing") for v in src.video_files):
             action = (IMPORT, "MP4 index not recorded")
         decisions.append(EpisodesFileDecision(src.episodes_file, *action, src, prev))
     present = {src.episodes_file for src in current}
