@@ -436,6 +436,11 @@ class ImportedFrames(_Dataset):
         self.moved_to = None if dataset_root is None else storage.normalize_root(str(dataset_root))
         if self.moved_to is not None:
             self.dataset_root = self.moved_to
+        # the default reads ahead only from files not on a local disk: when the dataset (whose files the
+        # clips point into) is on one, a batch has nothing to plan, and planning it would cost each item's
+        # lookups twice
+        self._read_ahead_needless = read_ahead is None and bool(self.dataset_root) and \
+            read_ahead_lib.local_uri(self.dataset_root)
         reader = self._reader()
         if not reader.parts:
             raise ReaderError(f"the import at {self.root} holds no episodes")
@@ -961,7 +966,7 @@ class ImportedFrames(_Dataset):
         """The items of `indices` (a DataLoader worker's batch), `self[i]` each; with reading ahead on, the video
         bytes all of them need are fetched first, `read_ahead` requests at a time (see `read_ahead`)."""
         ra = self.read_ahead
-        if ra is None or not self.cameras:
+        if ra is None or not self.cameras or self._read_ahead_needless:
             return [self[i] for i in indices]
         self._gops._check_process()
         self._gops.read_ahead = ra
