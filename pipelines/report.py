@@ -94,7 +94,8 @@ def summarize(result, config: ImportConfig, outcomes: Optional[dict[str, str]] =
                 left_out = episodes_left_out_line(doc)
                 if left_out:
                     print(left_out)
-                for line in findings_lines(parse_errors(_read_errors(errors_uri)), errors_uri):
+                head, rows_total = _read_errors(errors_uri)
+                for line in findings_lines(parse_errors(head), errors_uri, rows_total=rows_total):
                     print(line)
             else:
                 print(f"  errors: {errors_uri}")
@@ -106,18 +107,39 @@ def summarize(result, config: ImportConfig, outcomes: Optional[dict[str, str]] =
     return status
 
 
-def _read_errors(uri: str) -> Optional[bytes]:
-    """errors.jsonl for the terminal summary (None when it cannot be read: the summary says where it is)."""
+def _read_errors(uri: str) -> tuple[Optional[bytes], Optional[int]]:
+    """errors.jsonl for the terminal summary: its rows up to `MAX_ERRORS_READ` bytes, and how many rows the whole
+    file has when it is larger (None when it is not: the rows read are all of them). (None, None) when it cannot be
+    read: the summary says where it is."""
     from transforms.base import storage
     from transforms.base.errors import LeRobotImportError
 
     try:  # bounded, a regular file only (a FIFO or a 1 GiB file there is no errors.jsonl an import wrote)
-        return storage.read_state_file(uri, what="errors file", file="errors.jsonl", max_bytes=MAX_ERRORS_READ)
-    except (OSError, LeRobotImportError):
-        return None
+        return storage.read_state_file(uri, what="errors file", file="errors.jsonl", max_bytes=MAX_ERRORS_READ), None
+    except LeRobotImportError as ex:
+        if ex.rule != "limit":
+            return None, None
+    except OSError:
+        return None, None
+    try:  # a regular file larger than the bound: its first rows are summarized, the others only counted
+        fs, path = storage.filesystem(uri)
+        with fs.open(path, "rb") as f:
+            head = f.read(MAX_ERRORS_READ)
+            head = head[:head.rfind(b"\n") + 1]
+            rows = head.count(b"\n")
+            f.seek(len(head))
+            while True:
+                chunk = f.read(8 << 20)
+                if not chunk:
+                    break
+                rows += chunk.count(b"\n")
+        return head, rows
+    except OSError:
+        return None, None
 
 
-#: The terminal summary reads errors.jsonl up to this size (about 100,000 rows); a larger one is named only.
+#: The terminal summary reads errors.jsonl's rows up to this size (about 100,000 rows); a larger file's other rows
+#: are counted, not read.
 MAX_ERRORS_READ = 64 << 20
 
 
@@ -191,13 +213,15 @@ def parse_errors(raw: Optional[bytes]) -> Iterator[dict]:
                 yield row
 
 
-def findings_lines(rows: Iterable[dict], errors_uri: str, *, indent: str = "  ") -> list[str]:
+def findings_lines(rows: Iterable[dict], errors_uri: str, *, indent: str = "  ",
+                   rows_total: Optional[int] = None) -> list[str]:
     """The terminal lines of a failed dataset's findings.
 
     Args:
-        rows: its errors.jsonl rows, in the file's order.
+        rows: its errors.jsonl rows, in the file's order (the first of them, when `rows_total` is given).
         errors_uri: where errors.jsonl is (named in the last line).
         indent: prefix of every line.
+        rows_total: the rows of the whole file, when `rows` are only its first.
     """
     # per rule, what its lines say (counted as the rows go by: the rows themselves are not kept)
     by_rule: dict[str, _RuleRows] = {}
@@ -232,7 +256,11 @@ def findings_lines(rows: Iterable[dict], errors_uri: str, *, indent: str = "  ")
     if consequences:
         lines.append(f"{indent}file_failed: {_count(consequences.count, 'more episode')} not imported only because "
                      "another episode of their episodes file failed")
-    lines.append(f"{indent}every row: {errors_uri} ({_count(total, 'row')})")
+    if rows_total is not None and rows_total > total:
+        lines.append(f"{indent}every row: {errors_uri} ({_count(rows_total, 'row')}; the lines above count its "
+                     f"first {total:,})")
+    else:
+        lines.append(f"{indent}every row: {errors_uri} ({_count(total, 'row')})")
     return lines
 
 

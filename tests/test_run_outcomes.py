@@ -91,6 +91,33 @@ def test_failure_cause_is_on_the_terminal_and_rows_stay_true(tmp_path, capsys):
         (4, "file_missing", MISSING), (5, "file_failed", "meta/episodes/chunk-001/file-000.parquet")}
 
 
+def test_an_errors_file_past_the_summary_s_bound_is_counted_whole(tmp_path, capsys, monkeypatch):
+    """errors.jsonl larger than the summary reads: its first rows are summarized and the line says how many rows
+    the file has, never a count of only what was read (or 0)."""
+    from pipelines import report
+    root = _copy(tmp_path)
+    (root / MISSING).unlink()
+    out = tmp_path / "out"
+    first_row = None
+
+    def bound():  # the bound, set once errors.jsonl exists: its first row fits, the others do not
+        nonlocal first_row
+        first_row = len((out / "errors.jsonl").read_bytes().split(b"\n", 1)[0]) + 1
+        return first_row
+
+    real = report._read_errors
+    monkeypatch.setattr(report, "_read_errors", lambda uri: (monkeypatch.setattr(report, "MAX_ERRORS_READ", bound()),
+                                                            real(uri))[1])
+    assert _main("--dataset", str(root), "--output", str(out)) == 1
+    lines = capsys.readouterr().out.splitlines()
+    errors = read_errors(out)
+    assert len(errors) == 4 and errors[0]["rule"] == "file_failed"
+    assert f"  every row: file://{out}/errors.jsonl (4 rows; the lines above count its first 1)" in lines, lines
+    assert "  file_failed: 1 more episode not imported only because another episode of their episodes file failed" \
+        in lines, lines
+
+
+
 def test_folder_hint_only_for_the_same_camera_renamed(tmp_path):
     root = _copy(tmp_path)
     (root / "videos" / "observation.images.top").rename(root / "videos" / "top")
