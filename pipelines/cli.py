@@ -38,32 +38,19 @@ def _dispatch(argv: list[str]) -> None:
                 print(text)
                 sys.exit(EXIT_OK)
         console.configure_logging(verbosity, dataflow=_names_dataflow(argv))
-        if sub is not None:
-            from pipelines import interrupts
-            interrupts.not_an_import()
-        if sub == "render":
-            from pipelines import render_recipes
-            sys.exit(render_recipes.run(argv[1:]))
-        if sub == "verify":
-            from pipelines import verify
-            sys.exit(verify.run(argv[1:]))
-        if sub == "plan":
-            from pipelines import plan
-            sys.exit(plan.run(argv[1:]))
-        if sub == "check":
-            from pipelines import check
-            sys.exit(check.run(argv[1:]))
         from pipelines import interrupts
         with interrupts.handling():  # from here on, Ctrl-C is one line and exit 130, never a traceback
             try:
                 interrupts.checkpoint()  # a signal met while the command loaded
-                command_line.check_arguments(argv)
-                from pipelines import import_lerobot
-                status = import_lerobot.run(argv, verbosity=verbosity)
+                if sub is not None:
+                    status = _subcommand(sub, argv[1:])
+                else:
+                    command_line.check_arguments(argv)
+                    from pipelines import import_lerobot
+                    status = import_lerobot.run(argv, verbosity=verbosity)
             except interrupts.Interrupted as ex:
                 interrupts.handled()
-                print(f"interrupted by {interrupts.name(ex.signum)} before the import started: nothing was written "
-                      "and no lease taken")
+                print(_interrupted(sub, ex.signum))
                 status = interrupts.status(ex.signum)
         if status in (interrupts.status(s) for s in interrupts.SIGNALS):
             sys.stdout.flush()
@@ -73,6 +60,33 @@ def _dispatch(argv: list[str]) -> None:
     except UsageError as ex:
         print(str(ex), file=sys.stderr)
         sys.exit(EXIT_USAGE)
+
+
+def _subcommand(sub: str, argv: list[str]) -> int:
+    """Run subcommand `sub` with its own command line; its exit status."""
+    if sub == "render":
+        from pipelines import render_recipes
+        return render_recipes.run(argv)
+    if sub == "verify":
+        from pipelines import verify
+        return verify.run(argv)
+    if sub == "plan":
+        from pipelines import plan
+        return plan.run(argv)
+    from pipelines import check
+    return check.run(argv)
+
+
+def _interrupted(sub: Optional[str], signum: int) -> str:
+    """The one line a signal ends the command with, when the import itself has not said more."""
+    from pipelines import interrupts
+    if sub is None:
+        return (f"interrupted by {interrupts.name(signum)} before the import started: nothing was written "
+                "and no lease taken")
+    if sub == "render":  # its files move into place as one step, which a signal waits for (see render_recipes)
+        return (f"interrupted by {interrupts.name(signum)}: the render stopped; its output keeps the files of "
+                "the last render that finished, and its lease is released")
+    return f"interrupted by {interrupts.name(signum)}: `lerobot-import {sub}` stopped (it writes nothing)"
 
 
 def _names_dataflow(argv: Sequence[str]) -> bool:

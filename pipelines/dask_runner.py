@@ -50,6 +50,10 @@ RUNNER_PATH = "pipelines.dask_runner.DaskRunner"
 #: two per thread, so the scheduler can balance elements of uneven cost (episodes files of unequal size)
 #: while each step stays a few tasks (every task costs the scheduler a round trip).
 PARTITIONS_PER_THREAD = 2
+#: The loggers whose warnings on a worker come back to the command's own logging: the import's steps run
+#: there, and what they warn of (a folder that cannot be listed, an old index that cannot be used) is the
+#: user's to read, as a local run prints it.
+FORWARDED_LOGGERS = ("transforms", "pipelines")
 
 _LOG = logging.getLogger(__name__)
 _METRICS = "__lerobot_dask_metrics__"
@@ -308,11 +312,21 @@ class DaskRunResult(beam.runners.runner.PipelineResult):
             raise
         finally:
             self._clear_flags()
+            if self._state != PipelineState.RUNNING:
+                self._stop_forwarding()
             if self._own_client and self._state != PipelineState.RUNNING:
                 self.client.close()
         return self._state
 
     done_flags: list = []
+
+    def _stop_forwarding(self) -> None:
+        """Stop forwarding the workers' warnings (a client the caller keeps goes on without it)."""
+        for name in FORWARDED_LOGGERS:
+            try:
+                self.client.unforward_logging(name)
+            except Exception:  # noqa: BLE001 - the scheduler is gone: nothing is forwarded any more
+                return
 
     def _clear_flags(self) -> None:
         """Remove the run's bundle flags from the scheduler (best effort: a scheduler gone has none)."""
@@ -423,6 +437,8 @@ class DaskRunner(_BeamDaskRunner):
             if own:
                 client.close()
             return DaskRunResult(client, [], None, keys, False, dry_run=True)
+        for name in FORWARDED_LOGGERS:
+            client.forward_logging(name, level=logging.WARNING)
         futures = client.compute(collections)
         result = DaskRunResult(client, list(futures[:-1]), futures[-1], keys, own)
         result.done_flags = [f"{state.run_token}{k}" for k in keys if str(k).startswith("('beam_")

@@ -1,4 +1,5 @@
-"""Ctrl-C (SIGINT) and SIGTERM at any moment of the import command: one line, exit 128 + the signal.
+"""Ctrl-C (SIGINT) and SIGTERM at any moment of the command (the import and its subcommands): one line, exit
+128 + the signal.
 
 While the command runs, both signals raise `Interrupted` in the main thread (never a raw
 `KeyboardInterrupt` traceback), and the signal is also remembered: a library that swallows the exception
@@ -7,7 +8,7 @@ time (taking the leases, starting the pipeline). The first signal makes later on
 clean-up it starts (a manifest of what was committed, the leases released) is never cut short.
 
 A step that must not be cut in the middle (a lease created but not yet handed to its keeper, the leases
-being released) runs `deferred()`: a signal met there is raised as it ends.
+being released, a render's files moved into place) runs `deferred()`: a signal met there is raised as it ends.
 """
 
 from __future__ import annotations
@@ -34,7 +35,6 @@ _handled = False
 _deferred = 0
 _installed = 0
 _early = False
-_before_early: dict = {}
 
 
 def handler(signum, _frame) -> None:
@@ -65,20 +65,7 @@ def early() -> None:
         return  # already (`python -m pipelines.import_lerobot`, then the command it runs): what was met stays
     _early, _pending, _handled = True, None, False
     for s in SIGNALS:
-        _before_early[s] = signal.signal(s, _remember)
-
-
-def not_an_import() -> None:
-    """The command is a subcommand, not an import: the handlers found before `early` are back, and a
-    signal met meanwhile is delivered to them as if it came now."""
-    global _early
-    if not _early:
-        return
-    _early = False
-    for s, old in _before_early.items():
-        signal.signal(s, old)
-    if _pending is not None:
-        signal.raise_signal(_pending)
+        signal.signal(s, _remember)
 
 
 def pending() -> Optional[int]:

@@ -19,6 +19,7 @@ import re
 import sys
 from typing import TYPE_CHECKING, Optional, Sequence
 
+from pipelines import interrupts
 from transforms.base import storage
 from transforms.output import paths
 from transforms.base.errors import LeRobotImportError
@@ -247,13 +248,15 @@ def _render_under_lease(opts: argparse.Namespace, options: PipelineOptions, reci
     run_id = uuid.uuid4().hex
     with contextlib.ExitStack() as stack:
         if lease.supported(opts.output):
-            stack.enter_context(lease.holding(opts.output, run_id=run_id, job="lerobot-import render"))
+            with interrupts.deferred():  # a lease taken is a lease the stack releases
+                stack.enter_context(lease.holding(opts.output, run_id=run_id, job="lerobot-import render"))
         remove_staging(opts.output)  # what an interrupted render left: no one else writes here now
         staging = staging_folder(opts.output, run_id)
         try:
             result = build_pipeline(opts, options, recipe_text, tasks, into=staging).run()
             result.wait_until_finish()
-            commit_render(opts.output, staging)
+            with interrupts.deferred():  # once the files start moving, all of them move
+                commit_render(opts.output, staging)
         except BaseException:
             with contextlib.suppress(OSError):
                 remove_staging(opts.output)

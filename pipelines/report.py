@@ -9,9 +9,10 @@ imported because another episode of its file failed (`file_failed`) are counted 
 
 from __future__ import annotations
 
+import io
 import json
 import re
-from typing import TYPE_CHECKING, Iterable, Optional
+from typing import TYPE_CHECKING, Iterable, Iterator, Optional
 
 if TYPE_CHECKING:
     from pipelines.targets import RunTargets
@@ -177,17 +178,17 @@ MAX_MESSAGE_CHARS = 1200
 MAX_DATASETS = 3
 
 
-def parse_errors(raw: Optional[bytes]) -> list[dict]:
-    """errors.jsonl rows (objects), skipping lines that do not parse."""
-    rows = []
-    for line in (raw or b"").decode("utf-8", "replace").splitlines():
-        try:
-            row = json.loads(line)
-        except ValueError:
-            continue
-        if isinstance(row, dict) and isinstance(row.get("rule"), str):
-            rows.append(row)
-    return rows
+def parse_errors(raw: Optional[bytes]) -> Iterator[dict]:
+    """errors.jsonl rows (objects), skipping lines that do not parse; one line decoded at a time (the file may
+    hold a hundred thousand rows: never all of them as text and objects at once)."""
+    for chunk in io.BytesIO(raw or b""):
+        for line in chunk.decode("utf-8", "replace").splitlines():
+            try:
+                row = json.loads(line)
+            except ValueError:
+                continue
+            if isinstance(row, dict) and isinstance(row.get("rule"), str):
+                yield row
 
 
 def findings_lines(rows: Iterable[dict], errors_uri: str, *, indent: str = "  ") -> list[str]:
@@ -198,32 +199,52 @@ def findings_lines(rows: Iterable[dict], errors_uri: str, *, indent: str = "  ")
         errors_uri: where errors.jsonl is (named in the last line).
         indent: prefix of every line.
     """
-    rows = list(rows)
-    by_rule: dict[str, list[dict]] = {}
+    # per rule, what its lines say (counted as the rows go by: the rows themselves are not kept)
+    by_rule: dict[str, _RuleRows] = {}
+    total = 0
     for row in rows:
-        by_rule.setdefault(row["rule"], []).append(row)
-    consequences = by_rule.pop("file_failed", [])
-    ordered = sorted(by_rule.items(), key=lambda kv: (-len(kv[1]), kv[0]))
+        total += 1
+        found = by_rule.get(row["rule"])
+        if found is None:
+            found = by_rule[row["rule"]] = _RuleRows(str(row.get("message", "")))
+        found.count += 1
+        if row.get("episodes_file"):
+            found.episodes_files.add(row.get("episodes_file"))
+        if row.get("file"):
+            found.files[str(row["file"])] = None
+    consequences = by_rule.pop("file_failed", None)
+    ordered = sorted(by_rule.items(), key=lambda kv: (-kv[1].count, kv[0]))
     lines = []
     for rule, found in ordered[:MAX_RULES]:
-        files_of = sorted({r.get("episodes_file") for r in found if r.get("episodes_file")})
+        files_of = found.episodes_files
         where = f" in {_count(len(files_of), 'episodes file')}" if files_of else ""
-        lines.append(f"{indent}{rule}: {_count(len(found), 'error')}{where}")
-        lines.append(f"{indent}  {_cut(str(found[0].get('message', '')))}")
+        lines.append(f"{indent}{rule}: {_count(found.count, 'error')}{where}")
+        lines.append(f"{indent}  {_cut(found.first_message)}")
         # the files beyond the one the first message names: each file said once
-        named = [f for f in dict.fromkeys(str(r["file"]) for r in found if r.get("file")) if f not in lines[-1]]
+        named = [f for f in found.files if f not in lines[-1]]
         if named:
             more = f" (+{len(named) - MAX_FILES} more)" if len(named) > MAX_FILES else ""
             lines.append(f"{indent}  also: {', '.join(named[:MAX_FILES])}{more}")
     if len(ordered) > MAX_RULES:
         rest = ordered[MAX_RULES:]
-        lines.append(f"{indent}... and {_count(sum(len(f) for _, f in rest), 'error')} of "
+        lines.append(f"{indent}... and {_count(sum(f.count for _, f in rest), 'error')} of "
                      f"{len(rest)} more rules ({', '.join(r for r, _ in rest)})")
     if consequences:
-        lines.append(f"{indent}file_failed: {_count(len(consequences), 'more episode')} not imported only because "
+        lines.append(f"{indent}file_failed: {_count(consequences.count, 'more episode')} not imported only because "
                      "another episode of their episodes file failed")
-    lines.append(f"{indent}every row: {errors_uri} ({_count(len(rows), 'row')})")
+    lines.append(f"{indent}every row: {errors_uri} ({_count(total, 'row')})")
     return lines
+
+
+class _RuleRows:
+    """What the terminal says of one rule's rows: how many, the first one's message, the episodes files and
+    the files they name (each once, in order)."""
+
+    def __init__(self, first_message: str) -> None:
+        self.first_message = first_message
+        self.count = 0
+        self.episodes_files: set = set()
+        self.files: dict[str, None] = {}
 
 
 def _cut(text: str) -> str:

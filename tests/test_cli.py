@@ -437,3 +437,27 @@ def test_the_process_ends_as_python_would_without_its_teardown():
         assert proc.returncode == status
         assert proc.stdout.splitlines() == ["printed, not flushedthread done", "exit handler ran"]
         assert proc.stderr == ("error: a message\n" if status == 1 else "")
+
+
+@pytest.mark.parametrize("sub", ["verify", "plan", "check"])
+def test_ctrl_c_in_a_subcommand_is_one_line_and_exit_130(sub, tmp_path, monkeypatch, capsys):
+    """Ctrl-C while a subcommand works ends it the way it ends an import: one line, status 130, no traceback."""
+    import importlib
+    import signal
+    import time
+
+    module = importlib.import_module(f"pipelines.{sub}")
+
+    def working(argv):
+        signal.raise_signal(signal.SIGINT)  # the user's Ctrl-C, while the subcommand reads
+        time.sleep(5)
+        return 0
+
+    monkeypatch.setattr(module, "run", working)
+    monkeypatch.setattr(os, "_exit", lambda status: (_ for _ in ()).throw(SystemExit(status)))
+    with pytest.raises(SystemExit) as ended:
+        cli.dispatch([sub, str(tmp_path)])
+    assert ended.value.code == 130
+    captured = capsys.readouterr()
+    assert captured.out == f"interrupted by SIGINT: `lerobot-import {sub}` stopped (it writes nothing)\n"
+    assert "Traceback" not in captured.err and "KeyboardInterrupt" not in captured.err

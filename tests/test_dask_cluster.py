@@ -9,6 +9,7 @@ clean run's output or in a failure that says so, never in a manifest that calls 
 from __future__ import annotations
 
 import json
+import logging
 import os
 import re
 import shutil
@@ -19,6 +20,7 @@ import time
 from collections import Counter
 from pathlib import Path
 
+import apache_beam as beam
 import pyarrow.parquet as pq
 import pytest
 
@@ -261,3 +263,34 @@ def test_an_unreachable_scheduler_is_one_line(tmp_path):
                                     "tcp://127.0.0.1:9 (")
     assert str(ex.value).endswith("); start the cluster or correct --dask_client_address")
     assert not (tmp_path / "out" / ".lease.json").exists()  # released
+
+
+class _WarnOnWorker(beam.DoFn):
+    """A step that warns as the import's steps do, from whichever worker runs it."""
+
+    def process(self, element):
+        logging.getLogger("transforms.dask_probe").warning("element %s warned on process %d", element, os.getpid())
+        yield element
+
+
+def test_warnings_on_the_workers_reach_the_command(cluster, caplog):
+    """A warning the import's steps log on a worker is the command's to print, as a local run prints it."""
+    from apache_beam.options.pipeline_options import PipelineOptions
+
+    from pipelines.dask_runner import DaskRunner
+
+    caplog.set_level(logging.WARNING, logger="transforms")
+    pipeline = beam.Pipeline(runner=DaskRunner(),
+                             options=PipelineOptions(["--dask_client_address", cluster[0].scheduler_address]))
+    _ = pipeline | beam.Create(["a", "b", "c"]) | beam.ParDo(_WarnOnWorker())
+    pipeline.run().wait_until_finish()
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        got = [r.getMessage() for r in caplog.records if r.name == "transforms.dask_probe"]
+        if len(got) == 3:
+            break
+        time.sleep(0.1)
+    assert sorted(m.split(" on process")[0] for m in got) == ["element a warned", "element b warned",
+                                                               "element c warned"], got
+    pids = {int(m.rsplit(" ", 1)[1]) for m in got}
+    assert os.getpid() not in pids, pids  # logged by the workers, not by this process

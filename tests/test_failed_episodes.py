@@ -198,3 +198,82 @@ def test_a_renamed_chunk_folder_is_still_named_file_by_file_with_where_it_is(tmp
     assert [(e["episode_index"], e["file"].split("/")[2]) for e in rows] == [
         (2, CAMERAS[0]), (2, CAMERAS[1]), (3, CAMERAS[0]), (3, CAMERAS[1])]
     assert all("a file of that name is at videos/chunk_001/" in e["message"] for e in rows)
+
+
+def _group_sources(tmp_path: Path, episodes: int):
+    from transforms.lerobot import sources
+    root = "file://" + str(_gone_chunks(tmp_path, episodes))
+    return root, {f.episodes_file: f for f in sources.scan_dataset(root, {}).files}
+
+
+def test_a_group_s_sources_cross_the_pipeline_in_a_size_that_does_not_grow_with_its_episodes(tmp_path):
+    """A v2.x group's data files and MP4s are held as what renders them: its sources pickle to the same few
+    hundred bytes for 10 episodes as for 1,000 (not 3,000 paths), and still list every path, sorted, as the
+    references of its rows do."""
+    import dataclasses
+    import pickle
+    from transforms.lerobot.sources import references
+    _, small = _group_sources(tmp_path / "small", 10)
+    root, large = _group_sources(tmp_path / "large", 3000)
+    sizes = [len(pickle.dumps(dataclasses.replace(f[GROUP], rows=None))) for f in (small, large)]
+    assert max(sizes) < 2000 and abs(sizes[0] - sizes[1]) < 16, sizes  # a bigger episode number, no more
+    src = large["meta/episodes.jsonl:chunk-002"]
+    assert src.rows is None  # planning reads a group's rows again: the check holds no dataset's worth of rows
+    from transforms.lerobot import v2
+    from transforms.lerobot.dataset import read_info
+    data, videos = references(v2.group_rows(v2.load_episodes(root), read_info(root), src.episodes_file))
+    assert (len(data), len(videos)) == (1000, 2000)
+    assert tuple(src.data_files) == data and tuple(src.video_files) == videos
+    assert src.video_files[:2] == ["videos/chunk-002/observation.images.side/episode_002000.mp4",
+                                   "videos/chunk-002/observation.images.side/episode_002001.mp4"]
+    entry = src.to_manifest()
+    assert entry["source_data_files"] == list(data) and entry["source_video_files"] == list(videos)
+    # the finish keeps them compact; the manifest's writer renders them as it writes the entry
+    sink = io.BytesIO()
+    writes.write_manifest(sink, {"episodes_files": {src.episodes_file: src.to_manifest(rendered=False)}})
+    written = json.loads(sink.getvalue())["episodes_files"][src.episodes_file]
+    assert written == {**entry, "source_data_files": list(data), "source_video_files": list(videos)}
+
+
+def test_the_part_plan_of_episodes_left_out_lists_none_of_their_data_files(tmp_path):
+    """The data files of episodes left out at planning are never read: the part's plan (what goes to its
+    writer) does not list them, so what crosses to the writer does not grow with them."""
+    from transforms.work.planner import EpisodesFilePlanner
+    root = "file://" + str(_gone_chunks(tmp_path, 1000))
+    config = ImportConfig(targets=((root, "file://" + str(tmp_path / "out")),))
+    planned = EpisodesFilePlanner(config).plan(root, GROUP, config.targets[0][1])
+    ((_, inputs),) = planned.to_parts
+    header = inputs.headers[0]
+    assert (len(header.plan.positions), header.plan.data_files, header.rows) == (1000, (), ())
+    assert planned.episode_ranges == ((root, (GROUP, ((0, 1000),))),)
+
+
+def test_an_import_of_gone_chunk_folders_lists_each_group_s_sources_in_its_manifest(tmp_path):
+    """The manifest of an import whose groups' folders are gone lists every group's data files and MP4s, as
+    before (the writer renders them from the group's templates and runs)."""
+    root = _gone_chunks(tmp_path, 1500)
+    out = tmp_path / "out"
+    assert run_import(root, out) == 1
+    entries = read_manifest(out)["episodes_files"]
+    second = entries["meta/episodes.jsonl:chunk-001"]
+    assert second["source_data_files"] == [f"data/chunk-001/episode_{ep:06d}.parquet" for ep in range(1000, 1500)]
+    assert second["source_video_files"] == [f"videos/chunk-001/{c}/episode_{ep:06d}.mp4" for c in CAMERAS
+                                            for ep in range(1000, 1500)]
+    assert len(read_errors(out)) == 3000
+
+
+def test_the_import_s_check_plans_no_mp4_of_a_gone_folder(tmp_path):
+    """The MP4s of gone chunk folders have nothing to read, carry or drop: the import's check leaves them out
+    of its media plan (no token, no shard touched), while `plan`'s decision still lists them as it did."""
+    from transforms.base import storage
+    from transforms.lerobot import sources
+    from transforms.output import incremental
+    root = "file://" + str(_gone_chunks(tmp_path, 1500))
+    decided = incremental.decide(root, None, {}, inline_index=False, force=False)
+    assert (decided.media.tokens, decided.media.used, decided.media.touched) == ({}, frozenset(), {})
+    assert [(d.episodes_file, d.action) for d in sources.decide(decided.file_sources, None)] == [
+        (GROUP, "import"), ("meta/episodes.jsonl:chunk-001", "import")]
+    scanned = sources.scan_dataset(root, {})
+    _, listed = incremental.decide_run(scanned.files, None, scanned.listing.token,
+                                       dataset_file=lambda rel: storage.join(root, rel))
+    assert len(listed.tokens) == 3000 and set(listed.tokens.values()) == {"missing"}

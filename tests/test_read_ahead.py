@@ -15,6 +15,7 @@ torch = pytest.importorskip("torch", reason="ImportedFrames needs PyTorch: pip i
 
 from tests.helpers import lerobot_dataset, run_import  # noqa: E402
 from transforms.reader.frames import FramesError, ImportedFrames  # noqa: E402
+from transforms.reader import read_ahead as read_ahead_lib  # noqa: E402
 from transforms.reader.read_ahead import ReadAhead  # noqa: E402
 
 NAME = "h264_multi_file"  # 10 episodes over 5 + 4 MP4s with B-frames, 104 frames
@@ -115,12 +116,18 @@ def test_read_ahead_holds_at_most_its_bytes(imports):
     assert ds.read_ahead.requests < 2 * len(batch)  # the bound left the later items' ranges to be read as asked
 
 
-def test_read_ahead_off_and_default(imports):
+def test_read_ahead_off_and_default(imports, monkeypatch):
     out, remote = imports
     assert ImportedFrames(out, dataset_root=remote, read_ahead=0).read_ahead is None
     local = ImportedFrames(out)  # default: on, for files not on a local disk only
+    planned = []
+    real = read_ahead_lib.batch_ranges
+    monkeypatch.setattr(read_ahead_lib, "batch_ranges", lambda *a: planned.append(a[1]) or real(*a))
     local.__getitems__([0, 50])
     assert local.read_ahead.requests == 0
+    assert planned == []  # a dataset on a local disk: no batch is planned (its items' lookups are not done twice)
+    ImportedFrames(out, read_ahead=16).__getitems__([0, 50])  # asked for, on a local disk too
+    assert planned == [[0, 50]]
     remote_ds = ImportedFrames(out, dataset_root=remote)
     remote_ds.__getitems__([0, 50])
     assert remote_ds.read_ahead.requests == 4 and remote_ds.read_ahead.max_in_flight == 16

@@ -110,3 +110,41 @@ def test_interrupted_render_leaves_the_last_render_whole(imported, tmp_path, mon
     assert not [p for p in target.rglob("*") if ".tmp-" in str(p) or "beam-temp" in str(p)]
     monkeypatch.setattr(render_samples, "render_episode_samples", real)
     assert _render(root, out, target) == 0 and _tree(target) == before  # the same samples again
+
+
+def test_ctrl_c_while_a_render_moves_its_files_waits_for_all_of_them(imported, tmp_path, monkeypatch, capsys):
+    """A signal that arrives as the first file moves into place stops the render once every file has moved:
+    the output holds one render's files, whole, and the lease is released."""
+    import os
+    import signal
+
+    from pipelines import cli
+    from transforms.base import storage
+    from transforms.output.lease import read_lease
+
+    root, out, _ = imported
+    target = tmp_path / "samples"
+    real, moved = storage.commit, []
+
+    def commit(src, dst):
+        if not moved:
+            signal.raise_signal(signal.SIGINT)  # the user's Ctrl-C, as the first file moves
+        moved.append(dst)
+        return real(src, dst)
+
+    monkeypatch.setattr(storage, "commit", commit)
+    monkeypatch.setattr(os, "_exit", lambda status: (_ for _ in ()).throw(SystemExit(status)))
+    with pytest.raises(SystemExit) as ended:
+        cli.dispatch(["render", "--recipe", str(root / "expected" / "recipes" / f"{RECIPE}.yaml"), "--input",
+                      str(out), "--output", str(target), "--runner", "FnApiRunner"])
+    assert ended.value.code == 130
+    assert capsys.readouterr().out.endswith(
+        "interrupted by SIGINT: the render stopped; its output keeps the files of the last render that finished, "
+        "and its lease is released\n")
+    names = sorted(p.name for p in target.iterdir())
+    assert len(moved) == len([n for n in names if n.startswith("samples-") or n == "errors.jsonl"]) > 1, names
+    assert "errors.jsonl" in names and not [n for n in names if ".tmp-" in n], names
+    assert read_lease(str(target)) is None
+    monkeypatch.setattr(storage, "commit", real)
+    again = tmp_path / "again"
+    assert _render(root, out, again) == 0 and _tree(again) == _tree(target)  # the whole render, as a clean one

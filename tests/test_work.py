@@ -20,7 +20,7 @@ from transforms.work import finish, mp4_facts
 from transforms.work.checker import CheckedDataset, check_to_import
 from transforms.work.messages import ClipUse, DatasetReport, ImportConfig, Mp4Version, PartInputs, VideoFailure
 from transforms.work.part_writer import COUNTERS, PartWriter, by_read_unit
-from transforms.work.planner import EpisodesFilePlanner
+from transforms.work.planner import EpisodesFilePlanner, duplicate_episodes
 
 FILE0 = "meta/episodes/chunk-000/file-000.parquet"
 
@@ -50,10 +50,34 @@ def test_planner_cuts_an_episodes_file_into_parts_with_its_episode_ids_and_count
     header = planned.to_parts[0][1].headers[0]
     assert (header.dataset, header.episodes_file, header.num_parts, header.output) == (root, FILE0, 1, out)
     assert [(r.episode_index, r.length) for r in header.rows] == [(0, 5), (1, 7), (2, 6)]
-    assert planned.episode_ids == (((root, 0), FILE0), ((root, 1), FILE0), ((root, 2), FILE0))
+    assert planned.episode_ranges == ((root, (FILE0, ((0, 3),))),)  # one claim per file, not one per episode
     assert planned.clip_uses == ()  # no cameras
     counts = planned.report.file_counts[0]
     assert (counts.episodes_file, counts.episodes, counts.frames, counts.episode_ranges) == (FILE0, 3, 18, ((0, 3),))
+
+
+def test_duplicate_check_finds_episodes_claimed_twice_from_ranges():
+    """Claims are ranges, one per file: 300 files of 1,000 episodes each with no index twice give nothing, and
+    an index two files claim fails both, naming the other, whatever the size of the ranges around it."""
+    clean = [(f"meta/episodes.jsonl:chunk-{c:03d}", ((c * 1000, c * 1000 + 1000),)) for c in range(300)]
+    assert list(duplicate_episodes("r", clean)) == []
+    claims = clean + [("meta/episodes/x.parquet", ((5, 6), (299_999, 300_002)))]
+    found = sorted((key, [(d.episode_index, d.message) for d in inputs.duplicates])
+                   for key, inputs in duplicate_episodes("r", claims))
+    assert found == [
+        (("r", "meta/episodes.jsonl:chunk-000"),
+         [(5, "[duplicate_episode] dataset r, episodes file meta/episodes.jsonl:chunk-000, episode 5: episode 5 is "
+              "listed 2 times (also in meta/episodes/x.parquet)")]),
+        (("r", "meta/episodes.jsonl:chunk-299"),
+         [(299_999, "[duplicate_episode] dataset r, episodes file meta/episodes.jsonl:chunk-299, episode 299999: "
+                    "episode 299999 is listed 2 times (also in meta/episodes/x.parquet)")]),
+        (("r", "meta/episodes/x.parquet"),
+         [(5, "[duplicate_episode] dataset r, episodes file meta/episodes/x.parquet, episode 5: episode 5 is listed "
+              "2 times (also in meta/episodes.jsonl:chunk-000)")]),
+        (("r", "meta/episodes/x.parquet"),
+         [(299_999, "[duplicate_episode] dataset r, episodes file meta/episodes/x.parquet, episode 299999: episode "
+                    "299999 is listed 2 times (also in meta/episodes.jsonl:chunk-299)")]),
+    ]
 
 
 def test_planner_fails_a_missing_episodes_file_as_a_whole(tmp_path):

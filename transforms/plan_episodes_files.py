@@ -45,11 +45,11 @@ class PlanEpisodesFiles(ImportStep):
     def expand(self, episodes_files):
         planned = (episodes_files
                    | "Spread" >> beam.Reshuffle()
-                   | "Plan" >> guarded(_PlanEpisodesFile(self._config), "clip_uses", "episode_ids", "reports",
+                   | "Plan" >> guarded(_PlanEpisodesFile(self._config), "clip_uses", "episode_ranges", "reports",
                                        main="to_parts"))
         bugs = planned.bad | "PlanBugs" >> beam.Map(_plan_bug)
-        duplicates = (planned.episode_ids
-                      | "GroupByEpisodeIndex" >> beam.GroupByKey()
+        duplicates = (planned.episode_ranges
+                      | "GroupByDataset" >> beam.GroupByKey()
                       | "FindDuplicates" >> beam.FlatMapTuple(duplicate_episodes))
         reports = (planned.reports, bugs) | "PlanReports" >> beam.Flatten()
         return PlannedFiles(planned.to_parts, planned.clip_uses, duplicates, reports)
@@ -73,7 +73,7 @@ class _PlanEpisodesFile(ImportDoFn):
                         frames_planned=sum(r.length for r in planned.rows))
         for key, inputs in planned.to_parts:
             yield key, inputs
-        for tag in ("episode_ids", "clip_uses"):
+        for tag in ("episode_ranges", "clip_uses"):
             for value in getattr(planned, tag):
                 yield beam.pvalue.TaggedOutput(tag, value)
         yield beam.pvalue.TaggedOutput("reports", (root, planned.report))

@@ -50,12 +50,13 @@ LAYOUTS = ("v21", "folder_of_datasets", "missing_root", "hf_cache_snapshot", "sy
 #: v2.x metadata that crashed or ran for minutes, the tasks file a v2.x dataset reads, and the quality pass
 #: over a wide fixed-size list feature (`--cases v2` runs these alone).
 V2_HOSTILE = ("v21_clean", "v21_lengths_past_int64", "v21_episodes_line_32mb", "v21_300k_episodes_missing_data",
-              "v21_stray_tasks_parquet", "v21_tasks_jsonl_nan", "feature_100k_wide")
+              "v30_300k_episodes_missing_data", "v21_stray_tasks_parquet", "v21_tasks_jsonl_nan", "feature_100k_wide")
 
 
-def _v2_cases() -> dict[str, Callable[[Path], tuple[str, list[str]]]]:
+def _v2_cases(episodes: int = 300_000) -> dict[str, Callable[[Path], tuple[str, list[str]]]]:
     """The v2.x cases: the corpus dataset h264_multi_file repacked into v2.1 (five chunk folders of two
-    episodes), broken one way each; name -> build(workdir) -> (root, extra args)."""
+    episodes), broken one way each; name -> build(workdir) -> (root, extra args). `episodes`: how many
+    episodes the missing-data cases list (the names say 300k, their default)."""
     sys.path.insert(0, str(REPO))
     from tests.helpers import lerobot_dataset
     from tests.v21_repack import repack_v21
@@ -93,7 +94,14 @@ def _v2_cases() -> dict[str, Callable[[Path], tuple[str, list[str]]]]:
         shutil.rmtree(root / "videos")
         info = json.loads((root / "meta" / "info.json").read_text())
         (root / "meta" / "info.json").write_text(json.dumps({**info, "chunks_size": 1000}))
-        write(root, [{"episode_index": i, "tasks": ["pick"], "length": 10} for i in range(300_000)])
+        write(root, [{"episode_index": i, "tasks": ["pick"], "length": 10} for i in range(episodes)])
+        return str(root), []
+
+    def v30_300k_episodes_missing_data(work: Path):  # 300 episodes files of 1,000 episodes, their data files gone
+        from tests.dataset_factory import DatasetSpec, write_dataset
+        root = write_dataset(work / "v30", DatasetSpec(lengths=(10,) * episodes, episodes_per_meta_file=1000,
+                                                       episodes_per_data_file=1000))
+        shutil.rmtree(root / "data")
         return str(root), []
 
     def v21_stray_tasks_parquet(work: Path):  # a half-finished conversion's tasks.parquet, tasks the other way
@@ -118,8 +126,8 @@ def _v2_cases() -> dict[str, Callable[[Path], tuple[str, list[str]]]]:
         return str(write_dataset(work / "wide", spec)), []
 
     return {f.__name__: f for f in (v21_clean, v21_lengths_past_int64, v21_episodes_line_32mb,
-                                    v21_300k_episodes_missing_data, v21_stray_tasks_parquet, v21_tasks_jsonl_nan,
-                                    feature_100k_wide)}
+                                    v21_300k_episodes_missing_data, v30_300k_episodes_missing_data,
+                                    v21_stray_tasks_parquet, v21_tasks_jsonl_nan, feature_100k_wide)}
 
 
 def _layouts() -> dict[str, Callable[[Path], tuple[str, list[str]]]]:
@@ -220,9 +228,9 @@ def run_case(code: Path, root: str, out: Path, extra: list[str], timeout: float,
             "rules": rules, "message": message, "errors_bytes": errors.stat().st_size if errors.exists() else 0}
 
 
-def build_case(name: str, work: Path) -> tuple[str, list[str]]:
+def build_case(name: str, work: Path, episodes: int = 300_000) -> tuple[str, list[str]]:
     """Build case `name` under `work`: (dataset root, extra import arguments)."""
-    layouts = {**_layouts(), **_v2_cases()}
+    layouts = {**_layouts(), **_v2_cases(episodes)}
     if name in layouts:
         return layouts[name](work)
     from tests.hostile_datasets import build, cases_by_name
@@ -230,9 +238,9 @@ def build_case(name: str, work: Path) -> tuple[str, list[str]]:
     return str(build(case, work)), list(case.extra_args)
 
 
-def _build_in_subprocess(name: str, work: Path) -> tuple[str, list[str]]:
-    proc = subprocess.run([sys.executable, __file__, "--build", name, str(work)], capture_output=True, text=True,
-                          cwd=REPO, timeout=600)
+def _build_in_subprocess(name: str, work: Path, episodes: int) -> tuple[str, list[str]]:
+    proc = subprocess.run([sys.executable, __file__, "--build", name, str(work), "--episodes", str(episodes)],
+                          capture_output=True, text=True, cwd=REPO, timeout=600)
     if proc.returncode != 0:
         raise SystemExit(f"building {name} failed: {proc.stderr.strip()[-2000:]}")
     root, extra = json.loads(proc.stdout.strip().splitlines()[-1])
@@ -246,10 +254,12 @@ def main(argv: Optional[list[str]] = None) -> int:
     parser.add_argument("--timeout", type=float, default=120.0)
     parser.add_argument("--max-rss-mb", type=float, default=6000.0)
     parser.add_argument("--json", default=None, help="also write the rows to this file")
+    parser.add_argument("--episodes", type=int, default=300_000,
+                        help="episodes listed by the *_300k_episodes_missing_data cases (default: 300,000)")
     parser.add_argument("--build", nargs=2, metavar=("CASE", "DIR"), help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.build:
-        print(json.dumps(build_case(args.build[0], Path(args.build[1]))))
+        print(json.dumps(build_case(args.build[0], Path(args.build[1]), args.episodes)))
         return 0
     names = (list(V2_HOSTILE) if args.cases == "v2" else args.cases.split(",") if args.cases else
              list(HOSTILE) + list(LAYOUTS) + list(V2_HOSTILE))
@@ -258,7 +268,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     for name in names:
         with tempfile.TemporaryDirectory(prefix="hostile-") as tmp:
             work = Path(tmp)
-            root, extra = _build_in_subprocess(name, work)
+            root, extra = _build_in_subprocess(name, work, args.episodes)
             row = run_case(Path(args.code), root, work / "out", extra, args.timeout, args.max_rss_mb)
         rows[name] = row
         text = ",".join(row["rules"]) or "-"

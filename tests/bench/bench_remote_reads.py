@@ -17,8 +17,10 @@ reversed every other round. Prints each round, the medians, each side's ratio to
 after.
 
 First batch: the seconds from `ImportedFrames(IMPORT)` to the first batch of the two-worker shuffled loader
-(construction, loader creation, worker start, the first batch), each round in a fresh interpreter, and each
-worker's RSS after the first batch.
+(construction, loader creation, worker start, the first batch), each round in a fresh interpreter, each
+worker's RSS after the first batch, and the CPU seconds the main process spent until then and each worker had
+spent by then (a worker has its first batch done and its second begun; CPU moves less with the machine's load
+than the wall time does).
 """
 
 from __future__ import annotations
@@ -49,6 +51,13 @@ def _rss_mb(pid: int) -> float:
             if line.startswith("VmRSS:"):
                 return int(line.split()[1]) / 1024
     return float("nan")
+
+
+def _cpu_s(pid: int) -> float:
+    """CPU seconds (user + system) the process has used so far."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def _children(pid: int) -> list[int]:
@@ -120,15 +129,16 @@ def child(spec: dict) -> dict:
     if spec.get("read_ahead") is not None:
         kw["read_ahead"] = spec["read_ahead"]
     torch.manual_seed(spec.get("seed", 0))
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), time.process_time()
     ds = ImportedFrames(spec["import"], **kw)
     loader = torch.utils.data.DataLoader(ds, batch_size=8, num_workers=2, shuffle=True)
     it = iter(loader)
     next(it)
-    first = time.perf_counter() - t0
+    first, main_cpu = time.perf_counter() - t0, time.process_time() - c0
     rss = [_rss_mb(p) for p in _children(os.getpid())]
-    if spec.get("first_batch"):
-        return {"first_batch_s": first, "worker_rss_mb": rss, "main_rss_mb": _rss_mb(os.getpid())}
+    if spec.get("first_batch"):  # CPU: what the machine's load does not change as much as it does the wall time
+        return {"first_batch_s": first, "worker_rss_mb": rss, "main_rss_mb": _rss_mb(os.getpid()),
+                "main_cpu_s": main_cpu, "worker_cpu_s": [_cpu_s(p) for p in _children(os.getpid())]}
     n, t1 = 0, time.perf_counter()
     while n < spec["items"]:
         try:
@@ -244,10 +254,13 @@ def first_batch_main(args) -> int:
         got = _run_child({"name": "first batch", "import": args.first_batch, "first_batch": True, "seed": r}, env)
         runs.append(got)
         print(f"round {r + 1}: first batch {got['first_batch_s']:.2f} s, worker RSS "
-              f"{', '.join(f'{x:.0f}' for x in got['worker_rss_mb'])} MB, main RSS {got['main_rss_mb']:.0f} MB",
-              flush=True)
+              f"{', '.join(f'{x:.0f}' for x in got['worker_rss_mb'])} MB, main RSS {got['main_rss_mb']:.0f} MB; "
+              f"CPU s: main {got['main_cpu_s']:.2f}, workers {', '.join(f'{x:.2f}' for x in got['worker_cpu_s'])} "
+              f"({_uptime().split('load average: ')[-1]})", flush=True)
     print("load after:", _uptime())
-    print(f"median first batch: {statistics.median(g['first_batch_s'] for g in runs):.2f} s")
+    print(f"median first batch: {statistics.median(g['first_batch_s'] for g in runs):.2f} s, CPU s: main "
+          f"{statistics.median(g['main_cpu_s'] for g in runs):.2f}, a worker "
+          f"{statistics.median(x for g in runs for x in g['worker_cpu_s']):.2f}")
     return 0
 
 

@@ -12,7 +12,8 @@ import heapq
 from collections import Counter
 from typing import Any, Iterable, Iterator, Optional, Sequence, Union
 
-from transforms.base.errors import FailureRecord, LeRobotImportError
+from transforms.base.errors import (MAX_FILE_CHARS, MAX_MESSAGE_CHARS, FailureRecord, LeRobotImportError, redactor,
+                                     shorten)
 from transforms.lerobot.info import PathTemplate
 from transforms.lerobot.v2 import OwnFile
 
@@ -55,12 +56,19 @@ class FilesMissing:
 
     def records(self) -> Iterator[FailureRecord]:
         from transforms.base import storage
+        base = storage.join(self.dataset, "")
+        # The row's text is the one LeRobotImportError(...).to_record() makes, put together here without the
+        # exception: its parts other than the path are the same for every row, and this runs once per
+        # missing file (hundreds of thousands of times for a dataset whose chunk folders are gone).
+        head = f"[file_missing] dataset {self.dataset}, episodes file {self.episodes_file}, episode "
+        clean, clean_path = redactor(), redactor(shapes=False)
         for ep in self.episode_indices():
             for what, rel in sorted(((f.what, f.path(ep)) for f in self.files), key=lambda x: x[1]):
-                uri = storage.join(self.dataset, rel)
-                yield LeRobotImportError("file_missing", f"{what} {rel} does not exist (expected at {uri})",
-                                         file=rel, episode_index=ep, dataset=self.dataset,
-                                         episodes_file=self.episodes_file).to_record()
+                message = shorten(clean(f"{what} {rel} does not exist (expected at {base}{rel})"), MAX_MESSAGE_CHARS)
+                file = shorten(clean_path(rel), MAX_FILE_CHARS)
+                where = f", file {file}" if file != self.episodes_file else ""
+                yield FailureRecord.cleaned(self.dataset, self.episodes_file, ep, file, "file_missing",
+                                            clean(f"{head}{ep}{where}: {message}"))
 
     def first(self) -> FailureRecord:
         return next(self.records())

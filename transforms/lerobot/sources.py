@@ -184,10 +184,14 @@ class EpisodesFileSources:
     problem: Optional[str] = None  # why the rows could not be read: the import will fail and say so
     rows: Optional[tuple[EpisodeRow, ...]] = dataclasses.field(default=None, compare=False, repr=False)
 
-    def to_manifest(self) -> dict[str, Any]:
-        """What the manifest records for this episodes file, so the next run can decide without reading it."""
+    def to_manifest(self, *, rendered: bool = True) -> dict[str, Any]:
+        """What the manifest records for this episodes file, so the next run can decide without reading it.
+        `rendered=False`: a v2.x group's paths stay held as what renders them (`v2.OwnPaths`), for a writer
+        that renders them one entry at a time as it writes it (`writes.write_manifest`)."""
+        def listed(paths: Sequence[str]) -> Sequence[str]:
+            return paths if not rendered and isinstance(paths, v2.OwnPaths) else list(iter(paths))
         return {"source_digest": self.digest, "source_basis": self.basis,
-                "source_data_files": list(self.data_files), "source_video_files": list(self.video_files)}
+                "source_data_files": listed(self.data_files), "source_video_files": listed(self.video_files)}
 
 
 def missing_source(src: EpisodesFileSources, listing: SourceListing, root: str) -> Optional[LeRobotImportError]:
@@ -329,7 +333,8 @@ def scan_dataset(root: str, options: Mapping[str, Any], *, previous_manifest: Op
         previous_manifest: the manifest of the output's last import, if any.
         listing: a listing already made of the root.
     Returns:
-        The dataset's sources; `rows` is set on every episodes file that was read.
+        The dataset's sources; `rows` is set on every v3 episodes file that was read (a v2.x group's rows
+        are read again from the parsed episodes.jsonl where they are needed).
     """
     root = storage.normalize_root(root)
     listing = listing or list_sources(root)
@@ -374,7 +379,12 @@ def _v2_groups(root: str, listing: SourceListing, info: DatasetInfo, used_info: 
             out.append(episodes_file_sources(listing, name, basis, (), (), problem=str(ex)))
             continue
         data, videos = references(rows)
-        out.append(episodes_file_sources(listing, name, basis, data, videos, rows=rows))
+        found = episodes_file_sources(listing, name, basis, data, videos)
+        # held as what renders them (see `v2.OwnPaths`): the same paths, without one string per episode and camera;
+        # and without the group's rows, which planning reads again from the parsed episodes.jsonl (kept, they
+        # would be every episode of the dataset at once)
+        compact = v2.own_paths(info, [r.episode_index for r in rows])
+        out.append(dataclasses.replace(found, data_files=compact[0], video_files=compact[1]))
     return tuple(sorted(out, key=lambda f: f.episodes_file))
 
 
@@ -455,7 +465,7 @@ def decide(current: Sequence[EpisodesFileSources], previous_manifest: Optional[M
         if action[0] == UNCHANGED and rebuild:
             action = (IMPORT, rebuild)
         elif action[0] == UNCHANGED and recorded_videos is not None and any(
-                recorded_videos.get(v) != (video_tokens or {}).get(v) for v in src.video_files):
+                recorded_videos.get(v) != (video_tokens or {}).get(v, "missing") for v in src.video_files):
             action = (IMPORT, "MP4 index not recorded")
         decisions.append(EpisodesFileDecision(src.episodes_file, *action, src, prev))
     present = {src.episodes_file for src in current}

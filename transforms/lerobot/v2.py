@@ -34,7 +34,7 @@ import functools
 import hashlib
 import json
 import posixpath
-from typing import Any, Mapping, Optional, Sequence
+from typing import Any, Iterator, Mapping, Optional, Sequence
 
 import numpy as np
 import pyarrow as pa
@@ -341,6 +341,61 @@ class OwnFile:
         if self.video_key is not None:
             values["video_key"] = self.video_key
         return self.template.render(**values)
+
+    def paths(self, start: int, end: int) -> list[str]:
+        """`path(episode)` of the episodes start..end-1, in that order."""
+        return self.template.render_many(start, end, self.chunks_size, self.video_key)
+
+
+class OwnPaths(Sequence[str]):
+    """The paths of one or more kinds of a v2.x group's own files (its data files, or its MP4s), sorted and
+    distinct as `sources.references` lists them, held as what renders them: the path templates and the
+    group's episodes as [start, end) runs. A group's sources cross the pipeline in this form (a few hundred
+    bytes, not a path per episode and camera), and the paths are rendered where they are read."""
+
+    def __init__(self, files: Sequence[OwnFile], episodes: Sequence[tuple[int, int]]) -> None:
+        self.files = tuple(files)
+        self.episodes = tuple((int(a), int(b)) for a, b in episodes)
+
+    @classmethod
+    def of(cls, files: Sequence[OwnFile], indices: Sequence[int]) -> "OwnPaths":
+        """The paths `files` take for the episodes `indices` (any order, repeats counted once)."""
+        values = np.unique(np.asarray(indices, np.int64))
+        runs = np.split(values, np.flatnonzero(np.diff(values) != 1) + 1)
+        return cls(files, [(int(run[0]), int(run[-1]) + 1) for run in runs if len(run)])
+
+    def _paths(self) -> list[str]:
+        return sorted({p for f in self.files for a, b in self.episodes for p in f.paths(a, b)})
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._paths())
+
+    def __len__(self) -> int:
+        return len(self._paths()) if self.files and self.episodes else 0
+
+    def __getitem__(self, k):
+        return self._paths()[k]
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, OwnPaths):
+            return (self.files, self.episodes) == (other.files, other.episodes) or tuple(self) == tuple(other)
+        return isinstance(other, (tuple, list)) and tuple(self) == tuple(other)
+
+    def __hash__(self) -> int:
+        return hash((self.files, self.episodes))
+
+    def __repr__(self) -> str:
+        return f"OwnPaths({self.files!r}, {self.episodes!r})"
+
+    def __reduce__(self):
+        return (OwnPaths, (self.files, self.episodes))
+
+
+def own_paths(info: DatasetInfo, indices: Sequence[int]) -> tuple[OwnPaths, OwnPaths]:
+    """(data files, MP4s) the episodes `indices` of a v2.x dataset own, as `OwnPaths`."""
+    data = OwnFile("data file", info.data_path, info.chunks_size)
+    videos = [OwnFile("video file", info.video_path, info.chunks_size, f.name) for f in info.video_features]
+    return OwnPaths.of([data], indices), OwnPaths.of(videos, indices)
 
 
 #: A group whose own files spread over more folders than this (a template placing each episode in a folder of

@@ -147,7 +147,7 @@ def decide(root: str, previous: Optional[dict], options: Mapping[str, Any], *, i
     current = tuple(dataclasses.replace(f, rows=None) for f in scanned.files)
     decisions, media = decide_run(current, previous, scanned.listing.token,
                                   dataset_file=lambda rel: storage.join(root, rel), inline_index=inline_index,
-                                  force=force, damaged=damaged)
+                                  force=force, damaged=damaged, untracked_missing=False)
     kept = []
     for d in decisions:
         if d.action == sources.IMPORT:
@@ -173,7 +173,7 @@ def kept_warnings(root: str, previous: Optional[dict], kept: Sequence[KeptFile])
 
 def decide_run(files: Sequence[sources.EpisodesFileSources], previous_manifest: Optional[Mapping[str, Any]],
                token: Callable[[str], str], *, dataset_file: Callable[[str], str], inline_index: bool = False,
-               force: bool = False, damaged: Iterable[str] = ()
+               force: bool = False, damaged: Iterable[str] = (), untracked_missing: bool = True
                ) -> tuple[tuple[sources.EpisodesFileDecision, ...], MediaIndexPlan]:
     """Per episodes file what a run does (`sources.decide`), and what it does with MP4s and shards.
 
@@ -189,17 +189,36 @@ def decide_run(files: Sequence[sources.EpisodesFileSources], previous_manifest: 
         inline_index: the run writes each MediaIndex inside the episodes (no media_index/).
         force: redo everything.
         damaged: shards found damaged (`damage.find_damage`): rebuilt, every MP4 of them read again.
+        untracked_missing: False: an MP4 that does not exist and that no media_index/ row of the last run
+            records is left out of the plan (nothing to read, carry or drop of it: an import's check leaves
+            out so the hundreds of thousands of MP4s of gone v2.x chunk folders); True: every MP4 is in it,
+            as `plan` and `verify` list them.
     """
     previous = without_shards(previous_media_index(previous_manifest), frozenset(damaged))
-    videos = sorted({v for f in files for v in f.video_files})
-    tokens = {v: token(v) for v in videos}
+    recorded = previous.versions or {}
+    tokens: dict[str, str] = {}
+    tracked: dict[str, list[str]] = {}  # per episodes file, its MP4s in the plan
+    listed = False  # any episodes file names an MP4, in the plan or not
+    for f in files:
+        kept = tracked[f.episodes_file] = []
+        for v in f.video_files:
+            listed = True
+            found = tokens.get(v)
+            if found is None:
+                found = token(v)
+                if not untracked_missing and found == "missing" and v not in recorded:
+                    continue
+                tokens[v] = found
+            kept.append(v)
+    videos = sorted(tokens)
+    tokens = {v: tokens[v] for v in videos}
     carry = previous_manifest is not None and not inline_index and not force
     rebuild = OLDER_LAYOUT if carry and previous.older_layout and (
-        videos or previous_manifest.get("media_index")) else None
+        listed or previous_manifest.get("media_index")) else None
     decisions = sources.decide(files, previous_manifest, force=force, rebuild=rebuild,
                                recorded_videos=previous.versions if carry else None, video_tokens=tokens)
-    imported = {v for d in decisions if d.action == sources.IMPORT and d.sources for v in d.sources.video_files}
-    left = {v for d in decisions if d.action == sources.UNCHANGED and d.sources for v in d.sources.video_files}
+    imported = {v for d in decisions if d.action == sources.IMPORT and d.sources for v in tracked[d.episodes_file]}
+    left = {v for d in decisions if d.action == sources.UNCHANGED and d.sources for v in tracked[d.episodes_file]}
     plan = plan_media_index(videos, imported, tokens.__getitem__, previous, dataset_file=dataset_file,
                             inline_index=inline_index, force=force, left_videos=left)
     return decisions, plan

@@ -12,6 +12,7 @@ import hashlib
 import importlib.metadata
 import io
 import json
+from json.encoder import encode_basestring_ascii as _encode_text
 from typing import IO, Iterable, Mapping, Optional, Sequence, Union
 
 import pyarrow as pa
@@ -183,7 +184,7 @@ def write_errors_jsonl(sink: IO[bytes], failures: Iterable[Union[FailureRecord, 
     batch: list[str] = []
     written = 0
     for f in failure_rows(failures):
-        batch.append(json.dumps(f.to_json_dict(), sort_keys=True) + "\n")
+        batch.append(_error_line(f))
         written += 1
         if len(batch) >= 4096:
             sink.write(redact("".join(batch), shapes=False).encode())
@@ -193,10 +194,33 @@ def write_errors_jsonl(sink: IO[bytes], failures: Iterable[Union[FailureRecord, 
     return written
 
 
+def _json_text(value: Optional[str]) -> str:
+    return "null" if value is None else _encode_text(value)
+
+
+def _error_line(f: FailureRecord) -> str:
+    """`json.dumps(f.to_json_dict(), sort_keys=True)` and a newline, put together field by field (the same
+    bytes, in a fraction of the time over hundreds of thousands of rows)."""
+    if type(f.episode_index) is not int and f.episode_index is not None:
+        return json.dumps(f.to_json_dict(), sort_keys=True) + "\n"
+    episode = "null" if f.episode_index is None else str(f.episode_index)
+    return (f'{{"dataset": {_json_text(f.dataset)}, "episode_index": {episode}, '
+            f'"episodes_file": {_json_text(f.episodes_file)}, "file": {_json_text(f.file)}, '
+            f'"message": {_json_text(f.message)}, "rule": {_json_text(f.rule)}}}\n')
+
+
 def manifest_bytes(doc: Mapping) -> bytes:
     """manifest.json's bytes, through the one redaction every text of the output passes (the dataset's own
     strings and the notes included; without `shapes`: a file may be named like anything)."""
-    return redact(json.dumps(doc, indent=2, sort_keys=True) + "\n", shapes=False).encode()
+    return redact(json.dumps(doc, indent=2, sort_keys=True, default=_as_list) + "\n", shapes=False).encode()
+
+
+def _as_list(value: object) -> list:
+    """A sequence that is not a list, as JSON writes it: a v2.x group's source paths are held as what renders
+    them (`v2.OwnPaths`) until its manifest entry is written, one entry at a time."""
+    if isinstance(value, Sequence) and not isinstance(value, (str, bytes)):
+        return list(iter(value))  # not list(value): that asks its length first, which renders it once more
+    raise TypeError(f"Object of type {type(value).__name__} is not JSON serializable")
 
 
 def write_manifest(sink: IO[bytes], doc: Mapping) -> None:
@@ -205,7 +229,7 @@ def write_manifest(sink: IO[bytes], doc: Mapping) -> None:
     and as bytes. Each batch is redacted as the whole text would be (a JSON line holds no raw newline)."""
     pending: list[str] = []
     size = 0
-    for piece in json.JSONEncoder(indent=2, sort_keys=True).iterencode(doc):
+    for piece in json.JSONEncoder(indent=2, sort_keys=True, default=_as_list).iterencode(doc):
         pending.append(piece)
         size += len(piece)
         if size >= 1 << 20 and "\n" in piece:

@@ -78,6 +78,13 @@ class _LRU:
     def __len__(self) -> int:
         return len(self._items)
 
+    def copy(self) -> "_LRU":
+        """The same entries under a lock of its own (a forked child's copy: the parent's lock may have been held,
+        at the fork, by a thread the child does not have)."""
+        new = _LRU(self.max_size)
+        new._items, new.size = collections.OrderedDict(self._items), self.size
+        return new
+
 
 #: TrackTables by (output, uri): derived once per file per process, shared by the output's episodes.
 _TRACKS = _LRU(64)

@@ -37,8 +37,11 @@ are laid out in MP4s: each MP4's MediaIndex is read once per process into the nu
 needs (`ImportReader.tracks`, shared by every episode of the file), each media_index/ shard and
 episode part is opened once per process, and an episode row group is read once and served from
 numpy; no item copies a file's index or builds the logical record (`ImportReader.episode()` does).
-The dataset pickles without any open file or decoder and rebuilds its readers lazily in each process,
-so `DataLoader(num_workers > 0)` works with any start method.
+The process that makes the dataset reads every part's footer, media_index/'s footers and the dataset's tasks
+once; a DataLoader worker forked from it keeps them (its reader is the parent's, with its own open files and
+locks), so a worker's first batch reads only its items' row groups, MP4 tables and video bytes. The dataset
+pickles without any open file or decoder and rebuilds its readers lazily in each process, so
+`DataLoader(num_workers > 0)` works with any start method.
 
 torch is needed to build one (`pip install -e ".[torch]"`); this module imports without it.
 """
@@ -68,7 +71,7 @@ from transforms.reader.episode import Episode, camera_handle, field_values
 from transforms.reader import read_ahead as read_ahead_lib
 from transforms.reader.decoder import Decoder
 from transforms.reader.gop_cache import GopCache
-from transforms.reader.import_reader import ImportReader, _parquet_read, _read_manifest
+from transforms.reader.import_reader import ImportReader, _read_manifest
 from transforms.reader.seek import DEFAULT_TOLERANCE, ReaderError, TrackTables, VideoHandle
 
 try:  # a real torch Dataset when torch is there; the module still imports without it
@@ -287,7 +290,7 @@ class _Prepared:
 def _values(col: pa.Array, f: _Feature) -> tuple[np.ndarray, Optional[np.ndarray]]:
     raw = field_values(col)
     nulls = None
-    if np.ma.isMaskedArray(raw):
+    if col.null_count and np.ma.isMaskedArray(raw):  # np.ma (imported on first use) only where there are nulls
         mask = np.ma.getmaskarray(raw)
         nulls = mask.reshape(len(mask), -1).any(axis=1)
         raw = raw.filled(0)
@@ -433,11 +436,15 @@ class ImportedFrames(_Dataset):
         self.moved_to = None if dataset_root is None else storage.normalize_root(str(dataset_root))
         if self.moved_to is not None:
             self.dataset_root = self.moved_to
+        # the default reads ahead only from files not on a local disk: when the dataset (whose files the
+        # clips point into) is on one, a batch has nothing to plan, and planning it would cost each item's
+        # lookups twice
+        self._read_ahead_needless = read_ahead is None and bool(self.dataset_root) and \
+            read_ahead_lib.local_uri(self.dataset_root)
         reader = self._reader()
-        self._row_groups = reader.row_groups()
-        if not self._row_groups:
+        if not reader.parts:
             raise ReaderError(f"the import at {self.root} holds no episodes")
-        schema = _parquet_read(self._row_groups[0].part, lambda pf: pf.schema_arrow)
+        schema = reader.parquet.metadata(reader.parts[0]).schema.to_arrow_schema()
         try:
             #: The depth cameras (video or image features), by name: what turns their pixels into depth.
             self.depth = depth_lib.specs_from_metadata(schema.metadata)
@@ -451,6 +458,8 @@ class ImportedFrames(_Dataset):
         if self.cameras:
             self._gops.decoder.preload()  # in this process: forked workers start with it
         self._scan(episodes)
+        if self.cameras:  # media_index/'s footers, here once rather than in each worker
+            reader.media_index.load()
         self.fps: Optional[float] = None
         self.delta_indices: Optional[dict[str, list[int]]] = None
         if self.delta_timestamps is not None:
@@ -458,6 +467,7 @@ class ImportedFrames(_Dataset):
         self.recipe = self._load_recipe(recipe)
         self._task_names: Optional[dict[int, str]] = None
         self._task_error: Optional[str] = None
+        self._tasks()  # every item names its task: read here once rather than in each worker
         self._gop_ids: dict[str, np.ndarray] = {}
 
     # -- setup ---------------------------------------------------------------------------------
@@ -473,7 +483,10 @@ class ImportedFrames(_Dataset):
 
     def _check_process(self) -> None:
         if self._pid != os.getpid():
+            reader = self._import_reader
             self._init_process()
+            if reader is not None:  # a forked child keeps what the parent read (the footers, media_index/'s groups)
+                self._import_reader = reader.forked()
 
     def _reader(self) -> ImportReader:
         self._check_process()
@@ -487,8 +500,11 @@ class ImportedFrames(_Dataset):
         """Each row group's episodes and lengths (two columns read per row group); the selection."""
         rg_pos, rows, indices, lengths = [], [], [], []
         reader = self._reader()
-        for k, ref in enumerate(self._row_groups):
-            t = reader.read_rows(ref, ["episode_index", "length"])
+        tables = reader.read_columns(["episode_index", "length"])  # with the parts' footers, several at a time
+        self._row_groups = reader.row_groups()
+        if not self._row_groups:
+            raise ReaderError(f"the import at {self.root} holds no episodes")
+        for k, t in enumerate(tables):
             n = t.num_rows
             rg_pos.append(np.full(n, k, np.int64))
             rows.append(np.arange(n, dtype=np.int64))
@@ -950,7 +966,7 @@ class ImportedFrames(_Dataset):
         """The items of `indices` (a DataLoader worker's batch), `self[i]` each; with reading ahead on, the video
         bytes all of them need are fetched first, `read_ahead` requests at a time (see `read_ahead`)."""
         ra = self.read_ahead
-        if ra is None or not self.cameras:
+        if ra is None or not self.cameras or self._read_ahead_needless:
             return [self[i] for i in indices]
         self._gops._check_process()
         self._gops.read_ahead = ra

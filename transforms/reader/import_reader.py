@@ -19,6 +19,8 @@ from __future__ import annotations
 
 import bisect
 import collections
+import concurrent.futures
+import copy
 import dataclasses
 import json
 import os
@@ -75,30 +77,71 @@ class ParquetFiles:
     then every row group read reuses it. A random training read touches a few row groups of many files:
     opening a file again for each costs a footer read (a request on remote storage) per item.
 
+    The footers read are also kept (within `metadata_bytes`) apart from the open files, and a forked child
+    process keeps them: it opens the files again (the parent's handles are not its own) without reading or
+    parsing their footers again.
+
     Args:
         max_files: files kept open; the least recently used one is closed beyond it.
+        metadata_bytes: bytes of parsed footers kept (about 12 x a footer's size on disk).
     """
 
-    def __init__(self, max_files: int = 64) -> None:
+    def __init__(self, max_files: int = 64, metadata_bytes: int = 64 << 20) -> None:
         self.max_files = max(1, int(checked_number(max_files, "max_files", whole=True)))
+        self.metadata_bytes = int(checked_number(metadata_bytes, "metadata_bytes", whole=True))
         self._open: collections.OrderedDict = collections.OrderedDict()
+        self._footers = _LRU(self.metadata_bytes)
         self._lock = threading.RLock()
         self._pid = os.getpid()
         #: Files opened so far (tests check that each is opened once).
         self.opened = 0
+        #: Footers read and parsed so far (a forked child counts only its own).
+        self.footers_read = 0
+
+    def _check_process(self) -> None:
+        if self._pid != os.getpid():  # a forked child: the parent's handles are not ours, its footers are
+            self._pid, self._open, self._lock, self.opened, self.footers_read = os.getpid(), \
+                collections.OrderedDict(), threading.RLock(), 0, 0
+            self._footers = self._footers.copy()
+
+    def forked(self) -> "ParquetFiles":
+        """A copy for a forked child process: the footers read so far, no open file (`copy.copy` would pickle it,
+        which keeps neither)."""
+        new = ParquetFiles(self.max_files, self.metadata_bytes)
+        new._footers = self._footers.copy()
+        return new
+
+    @staticmethod
+    def _open_file(uri: str) -> tuple[Any, bool]:
+        """(the file at `uri` open for reading, whether it is on a local disk): a local file is read by Arrow's
+        own file, without the GIL, where a Python file object takes it for every read."""
+        fs, path = storage.filesystem(uri)
+        if storage.is_local(fs):
+            return pa.OSFile(path), True
+        return fs.open(path, "rb"), False
+
+    def _parse(self, uri: str, f: Any, local: bool) -> pq.ParquetFile:
+        """The file `f` (open at `uri`) as a ParquetFile, its footer parsed once per uri and kept."""
+        md = self._footers.get(uri)
+        # pre-buffering coalesces a row group's column chunks into few requests (remote storage), but hands the
+        # reads to Arrow's I/O threads, which only costs on a local disk (twice the time of a read on a busy machine)
+        pf = pq.ParquetFile(f, metadata=md, pre_buffer=not local)
+        if md is None:
+            with self._lock:
+                self.footers_read += 1
+            md = pf.metadata
+            self._footers.put(uri, md, 12 * md.serialized_size)
+        return pf
 
     def _file(self, uri: str) -> pq.ParquetFile:
-        if self._pid != os.getpid():  # a forked child: the parent's handles are not ours
-            self._pid, self._open, self._lock, self.opened = os.getpid(), collections.OrderedDict(), \
-                threading.RLock(), 0
+        self._check_process()
         found = self._open.get(uri)
         if found is not None:
             self._open.move_to_end(uri)
             return found[1]
-        fs, path = storage.filesystem(uri)
-        f = fs.open(path, "rb")
+        f, local = self._open_file(uri)
         try:
-            pf = pq.ParquetFile(f)
+            pf = self._parse(uri, f, local)
         except BaseException:
             f.close()
             raise
@@ -115,6 +158,7 @@ class ParquetFiles:
         Raises:
             ReaderError: the file is missing or is not Parquet.
         """
+        self._check_process()
         with self._lock:
             try:
                 return read(self._file(uri))
@@ -124,8 +168,38 @@ class ParquetFiles:
                 self._open.pop(uri, None)  # not trusted for the next read
                 raise ReaderError(f"cannot read Parquet file {uri}: {ex}") from None
 
+    def read_each(self, uris: Sequence[str], read: Callable[[str, pq.ParquetFile], Any], threads: int = 8) -> list:
+        """`read(uri, ParquetFile)` on each file, `threads` files at a time when they are not on a local disk (a
+        footer and a small read of each of many files wait on storage; a local file's reads need the GIL, so
+        threads only hand it around); the files are opened for this alone and closed, their footers kept.
+
+        Returns:
+            What `read` returned, in the order of `uris`.
+        Raises:
+            ReaderError: the first file (in `uris` order) that is missing or is not Parquet.
+        """
+        self._check_process()
+
+        def one(uri: str) -> Any:
+            try:
+                f, local = self._open_file(uri)
+                with f:
+                    return read(uri, self._parse(uri, f, local))
+            except FileNotFoundError:
+                raise ReaderError(f"{uri} does not exist") from None
+            except (OSError, pa.ArrowException) as ex:
+                raise ReaderError(f"cannot read Parquet file {uri}: {ex}") from None
+
+        if threads <= 1 or len(uris) <= 1 or all(storage.is_local(storage.filesystem(u)[0]) for u in uris):
+            return [one(u) for u in uris]
+        # the pool's threads end before this returns: none is left to a process forked afterwards
+        with concurrent.futures.ThreadPoolExecutor(min(threads, len(uris)), thread_name_prefix="footers") as pool:
+            return list(pool.map(one, uris))
+
     def metadata(self, uri: str) -> pq.FileMetaData:
-        return self.read(uri, lambda pf: pf.metadata)
+        self._check_process()
+        found = self._footers.get(uri)
+        return found if found is not None else self.read(uri, lambda pf: pf.metadata)
 
     def row_group(self, uri: str, row_group: int, columns: Optional[list[str]] = None) -> pa.Table:
         # one thread: a row group of one file (a MediaIndex, an episode group) is read in about a millisecond,
@@ -133,10 +207,10 @@ class ParquetFiles:
         return self.read(uri, lambda pf: pf.read_row_group(row_group, columns=columns, use_threads=False))
 
     def __getstate__(self) -> dict:
-        return {"max_files": self.max_files}
+        return {"max_files": self.max_files, "metadata_bytes": self.metadata_bytes}
 
     def __setstate__(self, state: dict) -> None:
-        self.__init__(state["max_files"])
+        self.__init__(state["max_files"], state.get("metadata_bytes", 64 << 20))
 
 
 def _stats_range(md: pq.FileMetaData, rg: int, column: str) -> tuple[Any, Any]:
@@ -288,12 +362,25 @@ class MediaIndexStore:
         """media_index/ parts opened so far by this process (each is opened once and kept open)."""
         return self.parquet.opened
 
+    def forked(self, parquet: ParquetFiles) -> "MediaIndexStore":
+        """This store for a forked child process, reading through `parquet`: the row groups' URI ranges, rows and
+        TrackTables found so far are kept (the child inherits them instead of reading and building them again),
+        locks and counters are its own."""
+        new = copy.copy(self)
+        new.parquet, new._lock = parquet, threading.Lock()
+        new._rows, new._tracks = self._rows.copy(), self._tracks.copy()
+        new.row_groups_read = new.tracks_built = 0
+        return new
+
+    def load(self) -> None:
+        """Read the parts' footers now (what a first lookup does), all parts at once."""
+        self._load_groups()
+
     def _load_groups(self) -> list[_IndexGroup]:
         with self._lock:
             if self._groups is None:
                 groups = []
-                for f in self.files:
-                    md = self.parquet.metadata(f)
+                for f, md in zip(self.files, self.parquet.read_each(self.files, lambda _, pf: pf.metadata)):
                     for rg in range(md.num_row_groups):
                         lo, hi = _stats_range(md, rg, "uri")
                         groups.append(_IndexGroup(lo, hi, f, rg))
@@ -520,18 +607,63 @@ class ImportReader:
     def tolerance(self) -> float:
         return self.access.tolerance
 
+    def forked(self) -> "ImportReader":
+        """This reader for a forked child process (a DataLoader worker): what it has read (the manifest, the parts'
+        row groups and footers, media_index/'s row groups, the files' TrackTables) is kept, so the child does not
+        read or build it again; open files, locks and counters are the child's own."""
+        new = copy.copy(self)
+        new._lock = threading.Lock()
+        new.parquet = self.parquet.forked()
+        new.media_index = self.media_index.forked(
+            new.parquet if self.media_index.parquet is self.parquet else self.media_index.parquet.forked())
+        new._inline_tracks = self._inline_tracks.copy()
+        new.row_groups_read = 0
+        return new
+
     def row_groups(self) -> list[RowGroupRef]:
-        """Every row group of every part, in episode order (reads the parts' footers once)."""
+        """Every row group of every part, in episode order (reads the parts' footers once, several at a time)."""
         with self._lock:
             if self._row_groups is None:
-                out = []
-                for part in self.parts:
-                    md = self.parquet.metadata(part)
-                    for rg in range(md.num_row_groups):
-                        lo, hi = _stats_range(md, rg, "episode_index")
-                        out.append(RowGroupRef(part, rg, lo, hi, md.row_group(rg).num_rows))
-                self._row_groups = out
+                self._scan_parts(None)
             return self._row_groups
+
+    def _scan_parts(self, columns: Optional[list[str]]) -> list[list[pa.Table]]:
+        """Reads every part's footer (`_row_groups`), and `columns` of its row groups when given, several parts
+        at a time (`ParquetFiles.read_each`): one open of each part for both."""
+        def one(_: str, pf: pq.ParquetFile) -> tuple:
+            md = pf.metadata
+            return md, [pf.read_row_group(rg, columns=columns, use_threads=False)
+                        for rg in range(md.num_row_groups)] if columns is not None else []
+
+        out, tables = [], []
+        for part, (md, read) in zip(self.parts, self.parquet.read_each(self.parts, one)):
+            for rg in range(md.num_row_groups):
+                lo, hi = _stats_range(md, rg, "episode_index")
+                out.append(RowGroupRef(part, rg, lo, hi, md.row_group(rg).num_rows))
+            tables.append(read)
+        self._row_groups = out
+        return tables
+
+    def read_columns(self, columns: list[str]) -> list[pa.Table]:
+        """Some columns of every row group, in `row_groups()` order, several parts at a time (with the footers,
+        when they are not read yet): what a reader needs of every episode up front, e.g. its index and length.
+
+        Args:
+            columns: top-level columns.
+        """
+        with self._lock:
+            if self._row_groups is None:
+                tables = [t for part in self._scan_parts(columns) for t in part]
+            else:
+                by_part: dict[str, list[int]] = {}
+                for ref in self._row_groups:
+                    by_part.setdefault(ref.part, []).append(ref.row_group)
+                read = self.parquet.read_each(list(by_part), lambda uri, pf: {
+                    rg: pf.read_row_group(rg, columns=columns, use_threads=False) for rg in by_part[uri]})
+                found = dict(zip(by_part, read))
+                tables = [found[ref.part][ref.row_group] for ref in self._row_groups]
+            self.row_groups_read += len(tables)
+            return tables
 
     def read_row_group(self, ref: RowGroupRef) -> list[Episode]:
         """The episodes of one row group, in row order, with their MediaIndex filled in.

@@ -162,7 +162,8 @@ def plan_runs(offsets: Any, sizes: Any) -> tuple[list[int], list[int]]:
     return starts, ends
 
 
-def _is_local(uri: str) -> bool:
+def local_uri(uri: str) -> bool:
+    """`uri` names a file on a local disk (a path, or file://)."""
     return uri.startswith("file://") or uri.startswith("/") or "://" not in uri
 
 
@@ -186,7 +187,7 @@ def batch_ranges(ds: Any, indices: Sequence[int], remote_only: bool) -> list[tup
             n = prep.length
             for cam in ds.cameras:
                 h, samples, firsts = ds._located(prep, cam)
-                if samples is None or (remote_only and _is_local(h.uri)):
+                if samples is None or (remote_only and local_uri(h.uri)):
                     continue
                 rows = np.clip(pos + np.asarray(deltas[cam]), 0, n - 1) if cam in deltas else np.array([pos])
                 upto: dict[int, int] = {}

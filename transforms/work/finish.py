@@ -151,7 +151,8 @@ def finish_dataset(config: ImportConfig, root: str, report: DatasetReport) -> tu
                         options=config.output_options(), warnings=warnings,
                         notes=list(report.notes) + skip_videos_notes(report.mp4_failures)
                         + unknown_files_notes(unknown),
-                        file_sources={s.episodes_file: s.to_manifest() for s in report.file_sources})
+                        # a v2.x group's source paths rendered one entry at a time, as the manifest is written
+                        file_sources={s.episodes_file: s.to_manifest(rendered=False) for s in report.file_sources})
     doc["media_index_layout"] = paths.MEDIA_INDEX_LAYOUT
     failures = [f for o in outcomes for f in o.failures + o.episode_failures] + dataset_failures
     entries = carry_kept_files(doc["episodes_files"], report.kept, out, sinks.sink(config.sink))

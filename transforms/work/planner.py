@@ -6,7 +6,10 @@ dataset-wide duplicate check.
 from __future__ import annotations
 
 import dataclasses
+from collections import Counter
 from typing import Iterable, Iterator, Mapping, Optional, Sequence
+
+import numpy as np
 
 from transforms import quality
 from transforms.base import storage
@@ -28,7 +31,9 @@ class PlannedFile:
 
     rows: tuple[episodes_files.EpisodeRow, ...] = ()
     to_parts: tuple[tuple[tuple[str, str, int], PartInputs], ...] = ()  # each part's header, for its writer
-    episode_ids: tuple[tuple[tuple[str, int], str], ...] = ()  # ((root, episode_index), episodes file)
+    #: (root, (episodes file, its episode indices as [start, end) runs)): one claim per file, for the
+    #: dataset-wide duplicate check (`duplicate_episodes`)
+    episode_ranges: tuple[tuple[str, tuple[str, tuple[tuple[int, int], ...]]], ...] = ()
     clip_uses: tuple[tuple[tuple[str, str], ClipUse], ...] = ()  # ((root, MP4), the part's clips in it)
     report: DatasetReport = DatasetReport()  # its warnings and counts, or its failure
     failed: bool = False  # it failed as a whole: `report` holds its outcome
@@ -111,20 +116,23 @@ def planned_file(root: str, rel: str, out: str, info: DatasetInfo, rows: Sequenc
     not its rows, and have no clip use: their part's header holds their failures, one record per part."""
     by_position = {r.position: r for r in rows}
     left_out = left_out or {}
-    to_parts, episode_ids, uses = [], [], []
+    to_parts, uses = [], []
     for plan in parts:
         key = (root, rel, plan.part)
         part_rows = tuple(by_position[p] for p in plan.positions)
         kept = tuple(r for r in part_rows if r.position not in left_out)
         lost = files_missing(root, rel, [r for r in part_rows if r.position in left_out], left_out)
+        if lost:  # the data files of the episodes left out are not read: not listed in what goes to the writer
+            read = {r.data_file for r in kept}
+            plan = dataclasses.replace(plan, data_files=tuple(f for f in plan.data_files if f in read))
         to_parts.append((key, PartInputs(headers=(PartHeader(root, rel, plan, len(parts), kept, out, lost),))))
-        episode_ids.extend(((root, row.episode_index), rel) for row in part_rows)
         uses.extend(((root, mp4), use) for mp4, use in clip_uses(key, kept, info, out))
     warnings = quirks.clip_end_warnings(root, rel, rows, info.fps) + quirks.oversized_episode_warnings(
         root, rel, rows, parts)
-    counts = FileCounts(rel, len(rows), sum(r.length for r in rows),
-                        tuple(map(tuple, quality.index_ranges([r.episode_index for r in rows]))))
-    return PlannedFile(tuple(rows), tuple(to_parts), tuple(episode_ids), tuple(uses),
+    ranges = tuple(map(tuple, quality.index_ranges([r.episode_index for r in rows])))
+    counts = FileCounts(rel, len(rows), sum(r.length for r in rows), ranges)
+    # a file's rows are in increasing episode_index order (`check_order`): each index once, so its runs say them all
+    return PlannedFile(tuple(rows), tuple(to_parts), ((root, (rel, ranges)),), tuple(uses),
                        DatasetReport(warnings=tuple(warnings), file_counts=(counts,),
                                      mp4_failures=gone_mp4s(root, rows, left_out)))
 
@@ -168,17 +176,52 @@ def clip_uses(part: tuple[str, str, int], rows: Sequence[episodes_files.EpisodeR
             for mp4, (camera, codec, spans) in found.items()]
 
 
-def duplicate_episodes(key: tuple[str, int], files: Iterable[str]) -> Iterator[tuple[tuple[str, str], FileInputs]]:
+def duplicate_episodes(root: str, claims: Iterable[tuple[str, Sequence[tuple[int, int]]]]
+                       ) -> Iterator[tuple[tuple[str, str], FileInputs]]:
     """An episode_index claimed by several rows of a dataset's episodes files fails each of those files.
 
+    The claims are ranges, one element per episodes file (not one per episode): the indices claimed more
+    than once are found from the ranges' bounds, and only those are looked at one by one.
+
     Args:
-        key: (dataset root, episode_index).
-        files: the episodes file of every row that claims it.
+        root: the dataset root.
+        claims: per episodes file planned, (the file, its episode indices as [start, end) runs, each index
+            once: a file's rows are in increasing episode_index order).
     """
-    root, episode = key
-    files = sorted(files)
+    files, starts, ends = [], [], []
+    for rel, ranges in claims:
+        for start, end in ranges:
+            files.append(rel)
+            starts.append(int(start))
+            ends.append(int(end))
     if len(files) < 2:
         return
+    lo, hi = np.array(starts, np.int64), np.array(ends, np.int64)
+    # the covered stretches between consecutive bounds: each is covered by the same runs throughout
+    bounds = np.unique(np.concatenate([lo, hi]))
+    coverage = np.cumsum(np.bincount(np.searchsorted(bounds, lo), minlength=len(bounds))
+                         - np.bincount(np.searchsorted(bounds, hi), minlength=len(bounds)))[:-1]
+    if not (coverage > 1).any():
+        return
+    # some index is claimed twice: sweep the bounds in order, keeping the files whose runs cover the stretch
+    opening = np.searchsorted(bounds, lo).tolist()
+    closing = np.searchsorted(bounds, hi).tolist()
+    by_bound: dict[int, list[tuple[int, str]]] = {}
+    for j, rel in enumerate(files):
+        by_bound.setdefault(opening[j], []).append((1, rel))
+        by_bound.setdefault(closing[j], []).append((-1, rel))
+    active: Counter = Counter()
+    for k in range(len(bounds) - 1):
+        for step, rel in by_bound.get(k, ()):
+            active[rel] += step
+        if coverage[k] > 1:
+            claiming = sorted(active.elements())
+            for episode in range(int(bounds[k]), int(bounds[k + 1])):
+                yield from _duplicate(root, episode, claiming)
+
+
+def _duplicate(root: str, episode: int, files: list[str]) -> Iterator[tuple[tuple[str, str], FileInputs]]:
+    """The `duplicate_episode` failure of each file (sorted, once per row) claiming `episode`."""
     for rel in dict.fromkeys(files):
         others = ", ".join(f for f in dict.fromkeys(files) if f != rel) or "itself"
         err = LeRobotImportError("duplicate_episode", f"episode {episode} is listed {len(files)} times "
