@@ -49,8 +49,10 @@ def read_tasks(root: str, *, version: Optional[str] = None) -> dict[int, str]:
             if jsonl.rule == "file_missing":
                 raise ex from None
             raise
-    # the file itself, not pq.read_table's dataset machinery (whose first use imports pyarrow.dataset, ~20 ms)
-    return dict(enumerate(tasks_in_row_order(pq.ParquetFile(pa.BufferReader(raw)).read())))
+    # the file itself, not pq.read_table's dataset machinery (whose first use imports pyarrow.dataset, ~20 ms);
+    # one thread: a small file, and Arrow's thread pool started here (in a process that has loaded PyAV) made
+    # the interpreter abort at exit now and then ("terminate called without an active exception")
+    return dict(enumerate(tasks_in_row_order(pq.ParquetFile(pa.BufferReader(raw)).read(use_threads=False))))
 
 
 def tasks_file(root: str, *, version: Optional[str] = None) -> str:
