@@ -125,6 +125,19 @@ def run_import(dataset, output, *extra: str, verbosity: int = 1) -> int:
     return run(argv + list(extra), verbosity=verbosity)
 
 
+def assert_items_equal(a: dict, b: dict) -> None:
+    """Two training items (dicts of tensors and plain values) are the same: the same keys, every tensor of the same
+    dtype and values, every other value equal."""
+    import torch
+
+    assert set(a) == set(b)
+    for key in a:
+        if isinstance(a[key], torch.Tensor):
+            assert a[key].dtype == b[key].dtype and torch.equal(a[key], b[key]), key
+        else:
+            assert a[key] == b[key], key
+
+
 def read_errors(output: Path) -> list[dict]:
     path = Path(output) / "errors.jsonl"
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]

@@ -23,7 +23,7 @@ import pytest
 
 torch = pytest.importorskip("torch", reason="ImportedFrames needs PyTorch: pip install -e '.[torch]'")
 
-from tests.helpers import lerobot_dataset, run_import, run_python, third_party_path  # noqa: E402
+from tests.helpers import assert_items_equal, lerobot_dataset, run_import, run_python, third_party_path  # noqa: E402
 from transforms.reader import ImportReader  # noqa: E402
 from transforms.reader.frames import FramesError, ImportedFrames, closure_starts  # noqa: E402
 from transforms.reader.gop_cache import gop_end  # noqa: E402
@@ -186,15 +186,6 @@ def test_third_party_g1_items_equal_lerobot(imports, run):
 # Arguments LeRobot also takes
 # ------------------------------------------------------------------------------------------------
 
-def _equal_items(a: dict, b: dict) -> None:
-    assert set(a) == set(b)
-    for key in a:
-        if isinstance(a[key], torch.Tensor):
-            assert a[key].dtype == b[key].dtype and torch.equal(a[key], b[key]), key
-        else:
-            assert a[key] == b[key], key
-
-
 def test_episodes_selects_and_keeps_global_values(imports):
     out = imports("h264_multi_file")
     info, _ = _recorded(lerobot_dataset("h264_multi_file"))
@@ -208,7 +199,7 @@ def test_episodes_selects_and_keeps_global_values(imports):
     assert part.episode_bounds == [(0, lengths[0]), (lengths[0], sum(lengths))] and len(part) == sum(lengths)
     wanted = list(range(*bounds[2])) + list(range(*bounds[7]))
     for j, i in enumerate(wanted):
-        _equal_items(part[j], full[i])
+        assert_items_equal(part[j], full[i])
     assert int(part[0]["episode_index"]) == 2 and int(part[0]["index"]) == bounds[2][0]
     with pytest.raises(FramesError, match=r"episodes 11, 12 are not in the import .* 10 episodes, 0\.\.9"):
         ImportedFrames(out, episodes=[1, 11, 12])
@@ -274,7 +265,7 @@ def test_index_out_of_range(imports):
     ds = ImportedFrames(imports("so101_av1"))
     with pytest.raises(IndexError, match="item 46 is out of range: the dataset has 46 items"):
         ds[46]
-    _equal_items(ds[-1], ds[45])
+    assert_items_equal(ds[-1], ds[45])
 
 
 # ------------------------------------------------------------------------------------------------
@@ -381,7 +372,7 @@ def test_pickles_without_open_files(imports):
     assert b"CodecContext" not in data and len(data) < 20_000
     copy = pickle.loads(data)
     assert copy.bytes_read == 0 and not copy.gop_cache._streams
-    _equal_items(copy[20], before)
+    assert_items_equal(copy[20], before)
 
 
 def test_reader_works_without_torch():
@@ -420,7 +411,7 @@ def test_inline_index_layout_gives_the_same_items(imports, tmp_path):
     inline, default = ImportedFrames(str(out)), ImportedFrames(imports("so101_av1"))
     assert len(inline) == len(default) == 46
     for i in range(len(inline)):
-        _equal_items(inline[i], default[i])
+        assert_items_equal(inline[i], default[i])
 
 
 def _pyav_frame(path: str, t: float, tolerance: float = 1e-4) -> np.ndarray:

@@ -13,7 +13,7 @@ from fsspec.implementations.memory import MemoryFileSystem
 
 torch = pytest.importorskip("torch", reason="ImportedFrames needs PyTorch: pip install -e '.[torch]'")
 
-from tests.helpers import lerobot_dataset, run_import  # noqa: E402
+from tests.helpers import assert_items_equal, lerobot_dataset, run_import  # noqa: E402
 from transforms.reader.frames import FramesError, ImportedFrames  # noqa: E402
 from transforms.reader import read_ahead as read_ahead_lib  # noqa: E402
 from transforms.reader.read_ahead import ReadAhead  # noqa: E402
@@ -73,15 +73,6 @@ def imports(tmp_path_factory):
     return str(out), f"slowmem:///read-ahead/{NAME}"
 
 
-def _equal(a: dict, b: dict) -> None:
-    assert a.keys() == b.keys()
-    for k in a:
-        if isinstance(a[k], torch.Tensor):
-            assert a[k].dtype == b[k].dtype and torch.equal(a[k], b[k]), k
-        else:
-            assert a[k] == b[k], k
-
-
 def test_batches_read_ahead_equal_plain_items_in_sampler_order(imports):
     out, remote = imports
     windows = {"observation.images.top": [-2 / 15, 0.0], "action": [0.0, 1 / 15]}
@@ -95,7 +86,7 @@ def test_batches_read_ahead_equal_plain_items_in_sampler_order(imports):
         got = ahead.__getitems__(batch)
         assert [int(x["index"]) for x in got] == [int(plain[i]["index"]) for i in batch]
         for i, item in zip(batch, got):
-            _equal(item, plain[i])
+            assert_items_equal(item, plain[i])
         assert ahead.read_ahead.held_bytes == 0  # nothing outlives its batch
     ra = ahead.read_ahead
     assert ra.hits > 0 and ra.requests >= ra.hits
@@ -111,7 +102,7 @@ def test_read_ahead_holds_at_most_its_bytes(imports):
     batch = list(range(0, 104, 13))
     got = ds.__getitems__(batch)
     for i, item in zip(batch, got):
-        _equal(item, plain[i])
+        assert_items_equal(item, plain[i])
     assert 0 < ds.read_ahead.peak_bytes <= 6000
     assert ds.read_ahead.requests < 2 * len(batch)  # the bound left the later items' ranges to be read as asked
 
