@@ -18,8 +18,8 @@ torch = pytest.importorskip("torch", reason="ImportedFrames needs PyTorch: pip i
 av = pytest.importorskip("av", reason="splitting MP4s needs PyAV: pip install -e '.[video]'")
 
 from tests.bench.synth_dataset import make_dataset  # noqa: E402
-from tests.helpers import copy_dataset, lerobot_dataset, run_import  # noqa: E402
-from tests.test_frames_dataset import _compare, _equal_items, _recorded  # noqa: E402
+from tests.helpers import assert_items_equal, copy_dataset, lerobot_dataset, run_import  # noqa: E402
+from tests.test_frames_dataset import _compare, _recorded  # noqa: E402
 from transforms.reader import import_reader, seek  # noqa: E402
 from transforms.reader import episode as episode_module  # noqa: E402
 from transforms.base.errors import LeRobotImportError  # noqa: E402
@@ -111,7 +111,7 @@ def test_layouts_give_the_same_items(layouts, windows):
             for ds in (many, one)}
     assert len(uris[many.root]) == 2 and len(uris[one.root]) == len(LENGTHS)  # the layouts really differ
     for i in np.random.default_rng(0).permutation(len(many)).tolist():
-        _equal_items(many[i], one[i])
+        assert_items_equal(many[i], one[i])
 
 
 def test_one_episode_per_mp4_items_equal_lerobot(tmp_path):
@@ -238,7 +238,7 @@ def test_per_process_caches_stay_within_their_budgets(layouts, monkeypatch):
     small, full = ImportedFrames(layouts["many"]), ImportedFrames(layouts["many"])
     assert len(small._row_groups) == 3
     for i in (0, len(small) - 1, 1):
-        _equal_items(small[i], full[i])
+        assert_items_equal(small[i], full[i])
         assert len(small._groups_cache) == 1
     assert small._reader().row_groups_read == 3 + 3  # the scan, then groups 0, 2 and 0 again
 
