@@ -9,10 +9,9 @@ imported because another episode of its file failed (`file_failed`) are counted 
 
 from __future__ import annotations
 
-import io
 import json
 import re
-from typing import TYPE_CHECKING, Iterable, Iterator, Optional
+from typing import TYPE_CHECKING, Callable, Iterable, Iterator, Optional
 
 if TYPE_CHECKING:
     from pipelines.targets import RunTargets
@@ -72,7 +71,7 @@ def summarize(result, config: ImportConfig, outcomes: Optional[dict[str, str]] =
             print(f"{root}: FAILED - {why} (manifest.json and errors.jsonl left as the last run wrote them) -> {out}")
             status, outcomes[root] = 1, "failed"
             continue
-        doc = safety.read_manifest(out).doc
+        doc = safety.read_manifest(out, listings=False).doc  # its counts: not a path per episode of a v2.x group
         if doc is None:
             print(f"{root}: FAILED - no manifest was written -> {out}")
             status, outcomes[root] = 1, "failed"
@@ -94,8 +93,8 @@ def summarize(result, config: ImportConfig, outcomes: Optional[dict[str, str]] =
                 left_out = episodes_left_out_line(doc)
                 if left_out:
                     print(left_out)
-                head, rows_total = _read_errors(errors_uri)
-                for line in findings_lines(parse_errors(head), errors_uri, rows_total=rows_total):
+                rows = _read_errors(errors_uri)
+                for line in findings_lines(rows, errors_uri, rows_total=lambda: rows.total):
                     print(line)
             else:
                 print(f"  errors: {errors_uri}")
@@ -107,40 +106,75 @@ def summarize(result, config: ImportConfig, outcomes: Optional[dict[str, str]] =
     return status
 
 
-def _read_errors(uri: str) -> tuple[Optional[bytes], Optional[int]]:
-    """errors.jsonl for the terminal summary: its rows up to `MAX_ERRORS_READ` bytes, and how many rows the whole
-    file has when it is larger (None when it is not: the rows read are all of them). (None, None) when it cannot be
-    read: the summary says where it is."""
-    from transforms.base import storage
-    from transforms.base.errors import LeRobotImportError
-
-    try:  # bounded, a regular file only (a FIFO or a 1 GiB file there is no errors.jsonl an import wrote)
-        return storage.read_state_file(uri, what="errors file", file="errors.jsonl", max_bytes=MAX_ERRORS_READ), None
-    except LeRobotImportError as ex:
-        if ex.rule != "limit":
-            return None, None
-    except OSError:
-        return None, None
-    try:  # a regular file larger than the bound: its first rows are summarized, the others only counted
-        fs, path = storage.filesystem(uri)
-        with fs.open(path, "rb") as f:
-            head = f.read(MAX_ERRORS_READ)
-            head = head[:head.rfind(b"\n") + 1]
-            rows = head.count(b"\n")
-            f.seek(len(head))
-            while True:
-                chunk = f.read(8 << 20)
-                if not chunk:
-                    break
-                rows += chunk.count(b"\n")
-        return head, rows
-    except OSError:
-        return None, None
+def _read_errors(uri: str) -> _ErrorRows:
+    """errors.jsonl for the terminal summary (`_ErrorRows`)."""
+    return _ErrorRows(uri)
 
 
-#: The terminal summary reads errors.jsonl's rows up to this size (about 100,000 rows); a larger file's other rows
-#: are counted, not read.
+class _ErrorRows:
+    """errors.jsonl's rows for the terminal summary, read a piece at a time (`ERRORS_PIECE`) and each row parsed
+    as it is read: what is held at once is a piece and the line it ends, not the file (hundreds of megabytes
+    for hundreds of thousands of failed episodes). The rows parsed are those of its first `MAX_ERRORS_READ` bytes
+    (whole lines; all of them when the file is no larger); a larger file's other rows are counted, not parsed.
+    No rows when it cannot be read (a FIFO, a link, storage refused it): the summary says where it is.
+
+    `total`, once the rows have been gone through: how many rows the whole file has when it is larger than
+    what is parsed, else None."""
+
+    def __init__(self, uri: str) -> None:
+        self.uri = uri
+        self.total: Optional[int] = None
+
+    def __iter__(self) -> Iterator[dict]:
+        return _rows(self._lines())
+
+    def _lines(self) -> Iterator[bytes]:
+        """The lines to parse, without their newlines."""
+        from transforms.base import storage
+        from transforms.base.errors import LeRobotImportError
+
+        self.total = None
+        try:
+            f = storage.open_state_file(self.uri, what="errors file", file="errors.jsonl")
+        except (LeRobotImportError, OSError):
+            return
+        if f is None:
+            return
+        with f:
+            try:
+                left, rest, rows = MAX_ERRORS_READ, [], 0  # rest: the pieces of the line not ended yet
+                while left:
+                    piece = f.read(min(left, ERRORS_PIECE))
+                    if not piece:
+                        break
+                    left -= len(piece)
+                    lines = piece.split(b"\n")
+                    rest.append(lines.pop())
+                    if lines:
+                        lines[0] = b"".join(rest[:-1]) + lines[0]
+                        rest = rest[-1:]
+                        rows += len(lines)
+                        yield from lines
+                more = f.read(ERRORS_PIECE)
+                if not more:  # the file ends within the bound: its last line too, newline or not
+                    last = b"".join(rest)
+                    if last:
+                        yield last
+                    return
+                # a larger file: its rows past the bound (from the first line not read whole) are counted
+                while more:
+                    rows += more.count(b"\n")
+                    more = f.read(ERRORS_PIECE)
+                self.total = rows
+            except OSError:
+                return
+
+
+#: The terminal summary parses errors.jsonl's rows up to this size (about 100,000 rows); a larger file's other rows
+#: are counted, not parsed.
 MAX_ERRORS_READ = 64 << 20
+#: errors.jsonl is read this many bytes at a time by the terminal summary.
+ERRORS_PIECE = 1 << 20
 
 
 def summary_line(doc: dict) -> str:
@@ -200,10 +234,10 @@ MAX_MESSAGE_CHARS = 1200
 MAX_DATASETS = 3
 
 
-def parse_errors(raw: Optional[bytes]) -> Iterator[dict]:
-    """errors.jsonl rows (objects), skipping lines that do not parse; one line decoded at a time (the file may
-    hold a hundred thousand rows: never all of them as text and objects at once)."""
-    for chunk in io.BytesIO(raw or b""):
+def _rows(lines: Iterable[bytes]) -> Iterator[dict]:
+    """errors.jsonl rows (objects) of its lines (split at newlines), skipping lines that do not parse; one line
+    decoded at a time."""
+    for chunk in lines:
         for line in chunk.decode("utf-8", "replace").splitlines():
             try:
                 row = json.loads(line)
@@ -214,14 +248,15 @@ def parse_errors(raw: Optional[bytes]) -> Iterator[dict]:
 
 
 def findings_lines(rows: Iterable[dict], errors_uri: str, *, indent: str = "  ",
-                   rows_total: Optional[int] = None) -> list[str]:
+                   rows_total: Optional[int] | Callable[[], Optional[int]] = None) -> list[str]:
     """The terminal lines of a failed dataset's findings.
 
     Args:
         rows: its errors.jsonl rows, in the file's order (the first of them, when `rows_total` is given).
         errors_uri: where errors.jsonl is (named in the last line).
         indent: prefix of every line.
-        rows_total: the rows of the whole file, when `rows` are only its first.
+        rows_total: the rows of the whole file, when `rows` are only its first (or what tells it once the rows
+            have been gone through: a reader that counts the file's rows as it reads them).
     """
     # per rule, what its lines say (counted as the rows go by: the rows themselves are not kept)
     by_rule: dict[str, _RuleRows] = {}
@@ -236,6 +271,8 @@ def findings_lines(rows: Iterable[dict], errors_uri: str, *, indent: str = "  ",
             found.episodes_files.add(row.get("episodes_file"))
         if row.get("file"):
             found.files[str(row["file"])] = None
+    if callable(rows_total):
+        rows_total = rows_total()
     consequences = by_rule.pop("file_failed", None)
     ordered = sorted(by_rule.items(), key=lambda kv: (-kv[1].count, kv[0]))
     lines = []

@@ -18,7 +18,7 @@ import re
 import stat
 import time
 import uuid
-from typing import Callable, Optional, TypeVar
+from typing import IO, Callable, Optional, TypeVar
 
 import fsspec
 from fsspec.implementations.local import LocalFileSystem
@@ -435,12 +435,11 @@ def read_bytes(uri: str, *, what: str, file: str, max_bytes: int = READ_BYTES_LI
     return data
 
 
-def _read_local(path: str, *, what: str, file: str, max_bytes: int, follow_links: bool = True) -> bytes:
-    """A local file read whole, as a regular file only and at most `max_bytes`.
+def _open_local(path: str, *, what: str, file: str, follow_links: bool = True) -> tuple[int, os.stat_result]:
+    """A local file opened for reading, as a regular file only: (descriptor, its stat), the descriptor blocking.
 
     The file is opened without blocking (a FIFO swapped in after a check would otherwise block the open
-    until a writer comes) and its kind and size are asked of the open descriptor, so what is read is
-    what was checked; no more than `max_bytes` + 1 bytes are ever read (a file that grows, /dev/zero)."""
+    until a writer comes) and its kind is asked of the open descriptor, so what is read is what was checked."""
     flags = os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0) | (0 if follow_links else os.O_NOFOLLOW)
     try:
         fd = os.open(path, flags)
@@ -458,10 +457,25 @@ def _read_local(path: str, *, what: str, file: str, max_bytes: int, follow_links
     try:
         st = os.fstat(fd)
         _raise_if_special(st, what=what, file=file)
+        os.set_blocking(fd, True)
+    except OSError as ex:
+        os.close(fd)
+        raise LeRobotImportError("io", f"cannot read {what} {file}: {ex.strerror or ex}", file=file) from None
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd, st
+
+
+def _read_local(path: str, *, what: str, file: str, max_bytes: int, follow_links: bool = True) -> bytes:
+    """A local file read whole, as a regular file only (`_open_local`) and at most `max_bytes`: its size is
+    asked of the open descriptor, and no more than `max_bytes` + 1 bytes are ever read (a file that grows,
+    /dev/zero)."""
+    fd, st = _open_local(path, what=what, file=file, follow_links=follow_links)
+    try:
         if st.st_size > max_bytes:
             raise LeRobotImportError("limit", f"{what} {file} is {st.st_size:,} bytes; at most {max_bytes:,} bytes "
                                      f"of a {what} are read: is it the right file?", file=file)
-        os.set_blocking(fd, True)
         chunks, total = [], 0
         pace = run_limits.ReadPace(f"{what} {file}")  # a mount that trickles its bytes
         while total <= max_bytes:
@@ -497,6 +511,33 @@ def read_state_file(uri: str, *, what: str, file: str, max_bytes: int) -> Option
         if ex.rule == "file_missing":
             return None
         raise
+
+
+def open_state_file(uri: str, *, what: str, file: str) -> Optional[IO[bytes]]:
+    """A file of an output's own state opened to be read in pieces (errors.jsonl may be hundreds of megabytes:
+    its reader keeps what it needs of each piece), checked as `read_state_file` checks it but of any size:
+    a regular file only, locally never through a symlink; None when it does not exist.
+
+    Raises:
+        LeRobotImportError: `not_a_file`, `output_confinement` (a link) or `io` (storage refused it, or failed).
+    """
+    fs, path = filesystem(uri)
+    if is_local(fs):
+        try:
+            fd, _ = _open_local(path, what=what, file=file, follow_links=False)
+        except LeRobotImportError as ex:
+            if ex.rule == "file_missing":
+                return None
+            raise
+        return os.fdopen(fd, "rb")
+    try:
+        return with_retries(lambda: fs.open(path, "rb"), waiting_on=f"an open of {what} {file}")
+    except FileNotFoundError:
+        return None
+    except OSError as ex:
+        if access_denied(ex):
+            raise denied_error(ex, what=what, file=file) from None
+        raise LeRobotImportError("io", f"cannot open {what} {file}: {ex}", file=file) from None
 
 
 def tmp_name(final_uri: str) -> str:

@@ -139,9 +139,24 @@ def parse_episodes_jsonl(raw: bytes) -> V2Episodes:
         row = int(np.argmax(ends > MAX_TOTAL_FRAMES))
         raise _line_error(_line_of_row(raw, row), f"has `length` {int(length[row])}, which brings the frames of the "
                           f"episodes up to it past {MAX_TOTAL_FRAMES} (2**53), more than any dataset holds")
-    tasks = tuple(tuple(t) for t in table.column("tasks").to_pylist())
+    tasks = _task_lists(table.column("tasks"))
     start = np.concatenate([[0], ends[:-1]]).astype(np.int64) if len(length) else length
     return V2Episodes(index, length, tasks, start)
+
+
+def _task_lists(column: pa.ChunkedArray) -> tuple[tuple[str, ...], ...]:
+    """Each line's tasks, one tuple per distinct list, converted a slice of lines at a time: the parse is kept
+    (once per worker, `load_episodes`) for the whole run, and the episodes of a dataset list a few distinct
+    tasks, so 300,000 lines hold 300,000 references to a handful of tuples, not 300,000 tuples and strings."""
+    seen: dict[tuple[str, ...], tuple[str, ...]] = {}
+    lists: list[tuple[str, ...]] = []
+    for at in range(0, len(column), TASK_LISTS_SLICE):
+        lists.extend(seen.setdefault(t, t) for t in map(tuple, column.slice(at, TASK_LISTS_SLICE).to_pylist()))
+    return tuple(lists)
+
+
+#: Lines of episodes.jsonl whose tasks are converted to Python at once (`_task_lists`).
+TASK_LISTS_SLICE = 65536
 
 
 def _check_line_lengths(raw: bytes) -> None:

@@ -20,6 +20,7 @@ removes only files it can prove it wrote, never a file someone else put in its f
 
 from __future__ import annotations
 
+import codecs
 import dataclasses
 import json
 import os
@@ -219,8 +220,15 @@ class ManifestRead:
         return self.problem is not None and self.problem.rule == RULE
 
 
-def read_manifest(out_root: str) -> ManifestRead:
-    """The output's manifest.json, read bounded and checked (`check_manifest`); never raises."""
+def read_manifest(out_root: str, *, listings: bool = True) -> ManifestRead:
+    """The output's manifest.json, read bounded and checked (`check_manifest`); never raises.
+
+    `listings=False`: without each episodes file's source listings (`SOURCE_LISTINGS`, a path per episode of
+    a v2.x group: 900,000 paths, 50 MB of the 57 MB manifest of a 300,000-episode import), for a reader that
+    only sums the manifest up (the run's summary): the file is read a piece at a time and parsed an entry at
+    a time (`_ManifestStream`), so what is held at once is a piece of its text and one entry, not the file."""
+    if not listings:
+        return _read_manifest_streamed(out_root)
     uri = storage.join(out_root, paths.MANIFEST)
     try:
         raw = storage.read_state_file(uri, what="manifest", file=paths.MANIFEST, max_bytes=MAX_MANIFEST_BYTES)
@@ -229,35 +237,199 @@ def read_manifest(out_root: str) -> ManifestRead:
     if raw is None:
         return ManifestRead(None)
     try:
-        return ManifestRead(parse_manifest(raw, out_root))
+        text = _manifest_text(raw, out_root)
+        del raw  # the bytes go before the parse: a large manifest is held as text and objects, not as bytes too
+        return ManifestRead(parse_manifest(text, out_root))
     except LeRobotImportError as ex:
         return ManifestRead(None, ex)
 
 
-def parse_manifest(raw: bytes, out_root: str) -> dict:
-    """A manifest's bytes -> its document, checked: JSON, an object with `episodes_files`, nested at most
-    `MAX_JSON_DEPTH` deep, every path it lists confined to its folder (lexically: `confined` checks links).
+#: The keys of an episodes file's manifest entry that list its source files, one path per data file and MP4
+#: (`read_manifest(listings=False)` leaves them out).
+SOURCE_LISTINGS = frozenset(("source_data_files", "source_video_files"))
+
+
+def _bad_manifest(out_root: str, why: str) -> LeRobotImportError:
+    return LeRobotImportError("manifest", f"{paths.MANIFEST} of {out_root} {why}: it was truncated or "
+                              "overwritten; restore it, or remove it and the next import redoes the output "
+                              "whole", file=paths.MANIFEST)
+
+
+def _manifest_text(raw: bytes, out_root: str) -> str:
+    """The manifest's bytes as text, decoded as `json.loads` decodes bytes (UTF-8, -16 or -32, a BOM dropped)."""
+    try:
+        return raw.decode(json.detect_encoding(raw), "surrogatepass")
+    except UnicodeDecodeError as ex:
+        raise _bad_manifest(out_root, f"is not JSON ({str(ex)[:200]})") from None
+
+
+def parse_manifest(raw: bytes | str, out_root: str) -> dict:
+    """A manifest's bytes (or text) -> its document, checked (`checked_manifest`).
 
     Raises:
         LeRobotImportError: rule `manifest` (not a manifest) or `output_confinement` (a path outside).
     """
-    def bad(why: str) -> LeRobotImportError:
-        return LeRobotImportError("manifest", f"{paths.MANIFEST} of {out_root} {why}: it was truncated or "
-                                  "overwritten; restore it, or remove it and the next import redoes the output "
-                                  "whole", file=paths.MANIFEST)
-
     try:
         doc = json.loads(raw)
     except RecursionError:
-        raise bad("is nested too deeply to read") from None
+        raise _bad_manifest(out_root, "is nested too deeply to read") from None
     except (UnicodeDecodeError, ValueError) as ex:
-        raise bad(f"is not JSON ({str(ex)[:200]})") from None
+        raise _bad_manifest(out_root, f"is not JSON ({str(ex)[:200]})") from None
+    return checked_manifest(doc, out_root)
+
+
+def checked_manifest(doc: Any, out_root: str) -> dict:
+    """A parsed manifest, checked: an object with `episodes_files`, nested at most `MAX_JSON_DEPTH` deep, every
+    path it lists confined to its folder (lexically: `confined` checks links).
+
+    Raises:
+        LeRobotImportError: rule `manifest` (not a manifest) or `output_confinement` (a path outside).
+    """
     if _depth_over(doc, MAX_JSON_DEPTH):
-        raise bad(f"nests deeper than {MAX_JSON_DEPTH} levels, which no import writes")
+        raise _bad_manifest(out_root, f"nests deeper than {MAX_JSON_DEPTH} levels, which no import writes")
     if not isinstance(doc, dict) or not isinstance(doc.get("episodes_files"), dict):
-        raise bad("is not an import's manifest (no `episodes_files` object)")
+        raise _bad_manifest(out_root, "is not an import's manifest (no `episodes_files` object)")
     check_manifest(doc, out_root)
     return doc
+
+
+def _read_manifest_streamed(out_root: str) -> ManifestRead:
+    """`read_manifest(listings=False)`: the same checks (a regular file, never through a link, at most
+    `MAX_MANIFEST_BYTES`, JSON, `checked_manifest`), the file parsed as it is read."""
+    try:
+        f = storage.open_state_file(storage.join(out_root, paths.MANIFEST), what="manifest", file=paths.MANIFEST)
+    except LeRobotImportError as ex:
+        return ManifestRead(None, ex)
+    if f is None:
+        return ManifestRead(None)
+    try:
+        with f:
+            doc = _ManifestStream(f).document()
+        return ManifestRead(checked_manifest(doc, out_root))
+    except _TooLarge:
+        return ManifestRead(None, LeRobotImportError(
+            "limit", f"manifest {paths.MANIFEST} is more than {MAX_MANIFEST_BYTES:,} bytes; at most "
+            f"{MAX_MANIFEST_BYTES:,} bytes of a manifest are read: is it the right file?", file=paths.MANIFEST))
+    except RecursionError:
+        return ManifestRead(None, _bad_manifest(out_root, "is nested too deeply to read"))
+    except (UnicodeDecodeError, ValueError) as ex:
+        return ManifestRead(None, _bad_manifest(out_root, f"is not JSON ({str(ex)[:200]})"))
+    except LeRobotImportError as ex:
+        return ManifestRead(None, ex)
+    except OSError as ex:
+        return ManifestRead(None, LeRobotImportError("io", f"cannot read manifest {paths.MANIFEST}: "
+                                                     f"{ex.strerror or ex}", file=paths.MANIFEST))
+
+
+class _TooLarge(Exception):
+    pass
+
+
+def _without_listings(pairs: list) -> dict:
+    return {k: v for k, v in pairs if k not in SOURCE_LISTINGS}
+
+
+class _ManifestStream:
+    """A manifest parsed as its text is read (`MANIFEST_PIECE` bytes at a time): its top-level object key by key
+    and `episodes_files` entry by entry, each value by Python's own JSON parser (`raw_decode`) and without the
+    keys `SOURCE_LISTINGS` (dropped as each object is built). What json.loads accepts it accepts, and what
+    json.loads refuses it refuses (ValueError), a value that runs past the text read so far being parsed again
+    once more is read (the read doubles then, so a large value costs no more than twice its parse)."""
+
+    _SPACE = re.compile(r"[ \t\n\r]*")
+
+    def __init__(self, f) -> None:
+        self._f = f
+        self._decoder = None
+        self._json = json.JSONDecoder(object_pairs_hook=_without_listings)
+        self._text, self._at, self._read, self._eof = "", 0, 0, False
+
+    def _more(self) -> bool:
+        """Read on (at least as much again as is held); False at the end of the file."""
+        if self._eof:
+            return False
+        raw = self._f.read(max(MANIFEST_PIECE, len(self._text) - self._at))
+        self._read += len(raw)
+        if self._read > MAX_MANIFEST_BYTES:
+            raise _TooLarge()
+        if self._decoder is None:
+            if raw and len(raw) < 4:  # the encoding is told by the first four bytes
+                raw += self._f.read(4 - len(raw))
+            self._decoder = codecs.getincrementaldecoder(json.detect_encoding(raw))("surrogatepass")
+        self._eof = not raw
+        self._text = self._text[self._at:] + self._decoder.decode(raw, final=self._eof)
+        self._at = 0
+        return not self._eof
+
+    def _peek(self) -> str:
+        """The next character that is not white space ("" at the end), not consumed."""
+        while True:
+            self._at = self._SPACE.match(self._text, self._at).end()
+            if self._at < len(self._text) or not self._more():
+                return self._text[self._at:self._at + 1]
+
+    def _expect(self, chars: str) -> str:
+        found = self._peek()
+        if not found or found not in chars:
+            raise ValueError(f"Expecting {' or '.join(repr(c) for c in chars)} at byte {self._read} or before")
+        self._at += 1
+        return found
+
+    def _value(self) -> Any:
+        """The next JSON value; it ends before the text read so far does, or at the end of the file (a number
+        cut by a read is not taken for a shorter one)."""
+        self._peek()
+        while True:
+            try:
+                value, end = self._json.raw_decode(self._text, self._at)
+                if end < len(self._text) or self._eof:
+                    self._at = end
+                    return value
+            except json.JSONDecodeError:
+                if self._eof:
+                    raise
+            self._more()
+
+    def _key(self) -> str:
+        if self._peek() != '"':
+            raise ValueError(f"Expecting property name enclosed in double quotes at byte {self._read} or before")
+        return self._value()
+
+    def document(self) -> Any:
+        if self._peek() != "{":
+            doc = self._value()
+        else:
+            self._at += 1
+            doc = {}
+            if self._peek() == "}":
+                self._at += 1
+            else:
+                while True:
+                    key = self._key()
+                    self._expect(":")
+                    doc[key] = self._entries() if key == "episodes_files" and self._peek() == "{" else self._value()
+                    if self._expect(",}") == "}":
+                        break
+        if self._peek():
+            raise ValueError(f"Extra data after the manifest's object, at byte {self._read} or before")
+        return doc
+
+    def _entries(self) -> dict:
+        self._at += 1
+        entries: dict = {}
+        if self._peek() == "}":
+            self._at += 1
+            return entries
+        while True:
+            key = self._key()
+            self._expect(":")
+            entries[key] = self._value()
+            if self._expect(",}") == "}":
+                return entries
+
+
+#: The manifest is read this many bytes at a time when it is read piece by piece (`_ManifestStream`).
+MANIFEST_PIECE = 1 << 20
 
 
 def _depth_over(doc: Any, limit: int) -> bool:
