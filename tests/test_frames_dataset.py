@@ -404,6 +404,28 @@ def test_gop_cache_keeps_frames_within_its_byte_budget(imports):
         assert len(cache._streams) == (2 if budget > frame_bytes else 1)
 
 
+def test_a_uint8_item_owns_its_frame_and_the_cache_keeps_the_decoded_picture(imports):
+    """A random uint8 item takes the converted frame itself (no copy of a cached RGB frame): writing into the
+    item leaves the next read of the same frame unchanged, and the cache still holds the decoder's pictures (not
+    an RGB copy beside the item's)."""
+    import torch
+
+    ds = ImportedFrames(imports("h264_multi_file"), camera_dtype="uint8")
+    cam = "observation.images.top"
+    first = ds[5][cam]
+    want = first.clone()
+    first.zero_()
+    again = ds[5][cam]
+    assert again.dtype == torch.uint8 and again.shape == (3, 48, 64)
+    assert torch.equal(again, want) and int(want.sum()) > 0
+    assert again.data_ptr() != first.data_ptr()
+    stream = next(iter(ds.gop_cache._streams.values()))
+    assert not any(isinstance(f, np.ndarray) for f in stream.frames.values())
+    assert stream.nbytes == sum(ds.gop_cache.decoder.picture_bytes(f) for f in stream.frames.values())
+    float_item = ImportedFrames(imports("h264_multi_file"))[5][cam]
+    assert torch.equal((float_item * 255).round().to(torch.uint8), want)
+
+
 def test_inline_index_layout_gives_the_same_items(imports, tmp_path):
     """The `--inline-index` output (each episode carries its MediaIndex) serves the same items."""
     out = tmp_path / "inline"

@@ -833,13 +833,15 @@ class ImportedFrames(_Dataset):
         when `rows` is one frame number, not an array)."""
         torch = _torch()
         one = isinstance(rows, int)
+        owned = False  # whether `frames` are this item's own arrays (else the cache's, not to be handed out)
         try:
             h, samples, firsts = self._located(prep, camera)
             if samples is None:  # some frame has no picture: locate these alone (their own error, if any)
                 samples = h.track.order[h.locate(prep.timestamps[np.atleast_1d(rows)].astype(np.float64))]
                 frames = self._gops.frames(h.uri, h.track, samples)
-            elif one:
-                frames = [self._gops.frame(h.uri, h.track, int(samples[rows]), int(firsts[rows]))]
+            elif one:  # a uint8 item takes the frame's array itself; a float32 one divides it into its own
+                owned = self.camera_dtype == "uint8"
+                frames = [self._gops.frame(h.uri, h.track, int(samples[rows]), int(firsts[rows]), own=owned)]
             else:
                 frames = self._gops.frames(h.uri, h.track, samples[rows], firsts[rows])
         except ReaderError as ex:
@@ -861,7 +863,9 @@ class ImportedFrames(_Dataset):
             depth = depth_lib.dequantize(np.stack(frames), spec, self.depth_unit)  # N x H x W x 1 float32
             out = torch.from_numpy(depth).permute(0, 3, 1, 2)
             return out[0] if one else out
-        if self.camera_dtype == "uint8":  # a copy: the frames are the cache's
+        if self.camera_dtype == "uint8":
+            if owned:
+                return torch.from_numpy(first)
             return torch.from_numpy(first.copy()) if one else torch.from_numpy(np.stack(frames))
         # uint8 -> float32 / 255 as LeRobot computes it (the same IEEE division, so the same bits); the frames
         # are channels-first already (the decoder's planar RGB), so numpy divides straight into the item's

@@ -239,14 +239,22 @@ class GopCache:
                 upto[f] = max(upto.get(f, s), s)
             return [self._sample_frame(uri, track, s, f, upto[f]) for s, f in zip(wanted, starts)]
 
-    def frame(self, uri: str, track: TrackTables, sample: int, first: int) -> np.ndarray:
-        """`frames(uri, track, [sample], [first])[0]`: one frame, its closure start known (a random read)."""
+    def frame(self, uri: str, track: TrackTables, sample: int, first: int, *, own: bool = False) -> np.ndarray:
+        """`frames(uri, track, [sample], [first])[0]`: one frame, its closure start known (a random read).
+
+        Args:
+            own: return an array of the caller's own, which it may keep or modify. A frame still held as the
+                decoder's picture is converted into a new array and stays in the cache as that picture: a random
+                read takes one frame and rarely asks for it again, so keeping its RGB copy too would cost a
+                frame-sized copy per item for nothing.
+        """
         if self._pid != os.getpid():
             self._check_process()
         with self._lock:
-            return self._sample_frame(uri, track, sample, first, sample)
+            return self._sample_frame(uri, track, sample, first, sample, own)
 
-    def _sample_frame(self, uri: str, track: TrackTables, s: int, first: int, upto: int) -> np.ndarray:
+    def _sample_frame(self, uri: str, track: TrackTables, s: int, first: int, upto: int,
+                      own: bool = False) -> np.ndarray:
         key = (uri, first)
         stream = self._streams.get(key)
         while stream is not None and stream.busy:  # another thread is decoding it: wait for its turn to end
@@ -261,7 +269,7 @@ class GopCache:
         else:
             self._streams.move_to_end(key)
         try:
-            frame = self._frame(stream, s, upto)
+            frame = self._frame(stream, s, upto, own)
         except ReaderError:
             self._streams.pop(key, None)  # a failed stream is not kept: the next request tries afresh
             raise
@@ -372,18 +380,23 @@ class GopCache:
             stream.busy = False
             self._turn.notify_all()
 
-    def _asked(self, stream: _Stream, sample: int) -> Optional[np.ndarray]:
-        """The RGB frame of `sample` if the stream has decoded it (converted now if it is still YUV), else None."""
+    def _asked(self, stream: _Stream, sample: int, own: bool = False) -> Optional[np.ndarray]:
+        """The RGB frame of `sample` if the stream has decoded it (converted now if it is still YUV), else None;
+        with `own`, an array of the caller's (the cache keeps what it had)."""
         found = stream.frames.get(sample)
-        if found is None or isinstance(found, np.ndarray):
-            return found
-        rgb = stream.frames[sample] = self.decoder.pixels(found)
-        stream.nbytes += rgb.nbytes - stream.info.frame_bytes
+        if found is None:
+            return None
+        if isinstance(found, np.ndarray):
+            return found.copy() if own else found
+        rgb = self.decoder.pixels(found)
+        if not own:
+            stream.frames[sample] = rgb
+            stream.nbytes += rgb.nbytes - stream.info.frame_bytes
         return rgb
 
-    def _frame(self, stream: _Stream, sample: int, upto: Optional[int] = None) -> np.ndarray:
+    def _frame(self, stream: _Stream, sample: int, upto: Optional[int] = None, own: bool = False) -> np.ndarray:
         """Feed the stream's decoder until `sample`'s frame comes out (or the stream is drained)."""
-        found = self._asked(stream, sample)
+        found = self._asked(stream, sample, own)
         if found is not None:
             return found
         tr = stream.track
@@ -437,7 +450,7 @@ class GopCache:
         except DecodeFailed as ex:
             stream.ctx = None  # not reused: a failed decoder's state is not trusted
             raise ReaderError(f"decoding samples {stream.first}..{stream.last} of {stream.uri} failed: {ex}") from None
-        found = self._asked(stream, sample)
+        found = self._asked(stream, sample, own)
         if found is None:
             raise ReaderError(f"decoding samples {stream.first}..{stream.last} of {stream.uri} did not output the "
                               f"frame of sample {sample}")
