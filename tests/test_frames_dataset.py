@@ -362,6 +362,39 @@ def test_sequential_epoch_reads_and_decodes_each_gop_once(imports):
     assert nocache.bytes_read > ds.bytes_read
 
 
+def test_a_cache_whose_reads_never_come_back_lets_go_of_its_streams(imports):
+    """Random reads of one frame per GOP: once REUSE_WINDOW requests in a row found no stream an earlier request
+    left, the cache keeps none past its request (their pictures freed, their decoders idle). Asking again for a GOP
+    it let go of makes it keep streams again. The items are the same either way."""
+    import torch
+
+    from transforms.reader.gop_cache import REUSE_WINDOW
+
+    ds = ImportedFrames(imports("so101_av1"), camera_dtype="uint8", decode_threads=1)
+    ids = np.stack([ds.gop_ids(cam) for cam in ds.cameras])
+    _, one_per_gop = np.unique(ids[0], return_index=True)
+    assert len(np.unique(ids[1][one_per_gop])) == len(one_per_gop)  # the second camera's GOPs differ too
+    order = np.random.default_rng(3).permutation(one_per_gop).tolist()
+    requests = len(order) * len(ds.cameras)
+    assert requests > REUSE_WINDOW + 4
+    reference = ImportedFrames(imports("so101_av1"), camera_dtype="uint8", cache_gops=0)
+    cache = ds.gop_cache
+    for k, i in enumerate(order):
+        item = ds[i]
+        for cam in ds.cameras:
+            assert torch.equal(item[cam], reference[i][cam])
+        if (k + 1) * len(ds.cameras) < REUSE_WINDOW:  # still keeping: the last streams are in the cache
+            assert len(cache._streams) == min(8, (k + 1) * len(ds.cameras)) and cache.streams_let_go == 0
+    assert cache._streams == {} and cache.streams_started == requests
+    # every stream started was let go of: the cache's 8 when the window filled with misses, then each one at once
+    assert cache.streams_let_go == min(8, REUSE_WINDOW) + requests - REUSE_WINDOW
+    assert len(cache._idle) <= 4 and all(ctx is not None for _, ctx in cache._idle)
+
+    again = order[-1]  # its GOPs were let go of: asked again, they are decoded again and kept from now on
+    assert torch.equal(ds[again][ds.cameras[0]], reference[again][ds.cameras[0]])
+    assert len(cache._streams) == len(ds.cameras) and cache.streams_started == requests + len(ds.cameras)
+
+
 def test_pickles_without_open_files(imports):
     out = imports("so101_av1")
     info, _ = _recorded(lerobot_dataset("so101_av1"))
