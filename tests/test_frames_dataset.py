@@ -362,6 +362,39 @@ def test_sequential_epoch_reads_and_decodes_each_gop_once(imports):
     assert nocache.bytes_read > ds.bytes_read
 
 
+def test_a_cache_whose_reads_never_come_back_lets_go_of_its_streams(imports):
+    """Random reads of one frame per GOP: once REUSE_WINDOW requests in a row found no stream an earlier request
+    left, the cache keeps none past its request (their pictures freed, their decoders idle). Asking again for a GOP
+    it let go of makes it keep streams again. The items are the same either way."""
+    import torch
+
+    from transforms.reader.gop_cache import REUSE_WINDOW
+
+    ds = ImportedFrames(imports("so101_av1"), camera_dtype="uint8", decode_threads=1)
+    ids = np.stack([ds.gop_ids(cam) for cam in ds.cameras])
+    _, one_per_gop = np.unique(ids[0], return_index=True)
+    assert len(np.unique(ids[1][one_per_gop])) == len(one_per_gop)  # the second camera's GOPs differ too
+    order = np.random.default_rng(3).permutation(one_per_gop).tolist()
+    requests = len(order) * len(ds.cameras)
+    assert requests > REUSE_WINDOW + 4
+    reference = ImportedFrames(imports("so101_av1"), camera_dtype="uint8", cache_gops=0)
+    cache = ds.gop_cache
+    for k, i in enumerate(order):
+        item = ds[i]
+        for cam in ds.cameras:
+            assert torch.equal(item[cam], reference[i][cam])
+        if (k + 1) * len(ds.cameras) < REUSE_WINDOW:  # still keeping: the last streams are in the cache
+            assert len(cache._streams) == min(8, (k + 1) * len(ds.cameras)) and cache.streams_let_go == 0
+    assert cache._streams == {} and cache.streams_started == requests
+    # every stream started was let go of: the cache's 8 when the window filled with misses, then each one at once
+    assert cache.streams_let_go == min(8, REUSE_WINDOW) + requests - REUSE_WINDOW
+    assert len(cache._idle) <= 4 and all(ctx is not None for _, ctx in cache._idle)
+
+    again = order[-1]  # its GOPs were let go of: asked again, they are decoded again and kept from now on
+    assert torch.equal(ds[again][ds.cameras[0]], reference[again][ds.cameras[0]])
+    assert len(cache._streams) == len(ds.cameras) and cache.streams_started == requests + len(ds.cameras)
+
+
 def test_pickles_without_open_files(imports):
     out = imports("so101_av1")
     info, _ = _recorded(lerobot_dataset("so101_av1"))
@@ -402,6 +435,28 @@ def test_gop_cache_keeps_frames_within_its_byte_budget(imports):
         assert cache.streams_started == starts, budget
         assert np.array_equal(first[0], first[2]) and first[0].shape == (3, 48, 64)
         assert len(cache._streams) == (2 if budget > frame_bytes else 1)
+
+
+def test_a_uint8_item_owns_its_frame_and_the_cache_keeps_the_decoded_picture(imports):
+    """A random uint8 item takes the converted frame itself (no copy of a cached RGB frame): writing into the
+    item leaves the next read of the same frame unchanged, and the cache still holds the decoder's pictures (not
+    an RGB copy beside the item's)."""
+    import torch
+
+    ds = ImportedFrames(imports("h264_multi_file"), camera_dtype="uint8")
+    cam = "observation.images.top"
+    first = ds[5][cam]
+    want = first.clone()
+    first.zero_()
+    again = ds[5][cam]
+    assert again.dtype == torch.uint8 and again.shape == (3, 48, 64)
+    assert torch.equal(again, want) and int(want.sum()) > 0
+    assert again.data_ptr() != first.data_ptr()
+    stream = next(iter(ds.gop_cache._streams.values()))
+    assert not any(isinstance(f, np.ndarray) for f in stream.frames.values())
+    assert stream.nbytes == sum(ds.gop_cache.decoder.picture_bytes(f) for f in stream.frames.values())
+    float_item = ImportedFrames(imports("h264_multi_file"))[5][cam]
+    assert torch.equal((float_item * 255).round().to(torch.uint8), want)
 
 
 def test_inline_index_layout_gives_the_same_items(imports, tmp_path):

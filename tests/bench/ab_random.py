@@ -12,11 +12,11 @@ falls on both sides), each in its own interpreter (PYTHONPATH = the checkout, to
 `DataLoader(num_workers=2, shuffle=True, batch_size=8)` instead (its sampler draws more than one epoch when
 `--items` exceeds the dataset). Prints items/s (wall) and items per CPU-second (the process's, and its loader
 workers') per round, and the medians. Sides beside the checkouts: `ours:uint8` (this checkout with
-`camera_dtype="uint8"`; `ours:t2`, `ours:uint8:t2`: `decode_threads=2`), `pyav` (a per-item PyAV open + seek +
-decode, float32), `floor` (each item's decode
-work alone), `ceiling` (the loader's own cost of moving items) and `lerobot:BACKEND[:uint8]` (LeRobotDataset
-with that `video_backend`, `:uint8` = `return_uint8=True`, LeRobot >= 0.6's training mode), run by
-`--lerobot-python`.
+`camera_dtype="uint8"`; `ours:t2`, `ours:uint8:t2`: `decode_threads=2`; `ours:uint8:g0`: `cache_gops=0`),
+`pyav` (a per-item PyAV open + seek + decode, float32), `floor` (each item's decode work alone; in the loader,
+the same work in its workers), `ceiling` (the loader's own cost of moving items) and `lerobot:BACKEND[:uint8]`
+(LeRobotDataset with that `video_backend`, `:uint8` = `return_uint8=True`, LeRobot >= 0.6's training mode), run
+by `--lerobot-python`.
 `--profile` runs the first checkout once under cProfile and prints where a random item's time goes.
 """
 
@@ -39,9 +39,12 @@ def make(spec: dict):
     """The dataset a side reads: ImportedFrames, or one of bench_frames' baselines."""
     side = spec["side"]
     kw = {}
-    if side.startswith("ours") and ":t" in side:  # ours[:uint8]:tN: decode_threads=N
-        side, threads = side.rsplit(":t", 1)
-        kw["decode_threads"] = int(threads)
+    if side.startswith("ours"):  # ours[:uint8][:tN][:gN]: decode_threads=N, cache_gops=N
+        words = side.split(":")
+        for word in words[1:]:
+            if word[:1] in ("t", "g") and word[1:].isdigit():
+                kw["decode_threads" if word[0] == "t" else "cache_gops"] = int(word[1:])
+        side = ":".join(w for w in words if not (w[:1] in ("t", "g") and w[1:].isdigit()))
     uint8 = spec["uint8"] or side.endswith(":uint8")
     side = side.removesuffix(":uint8")
     if uint8:
@@ -147,8 +150,8 @@ def main() -> None:
     ap.add_argument("import_root")
     ap.add_argument("--code", action="append", default=[], help="a checkout's root (repeat to compare)")
     ap.add_argument("--side", action="append", default=[],
-                    help="also time ours:uint8 (this checkout, camera_dtype='uint8'; ours[:uint8]:tN: "
-                         "decode_threads=N), pyav (per-item "
+                    help="also time ours:uint8 (this checkout, camera_dtype='uint8'; ours[:uint8][:tN][:gN]: "
+                         "decode_threads=N, cache_gops=N), pyav (per-item "
                          "open+seek+decode), floor (DecodeFloor), ceiling (LoaderCeiling: copies of one item, the "
                          "loader's own cost) or lerobot:BACKEND[:uint8] (return_uint8=True)")
     ap.add_argument("--lerobot-python", default=os.environ.get("LEROBOT_PYTHON", "lerobot-venv/bin/python"),

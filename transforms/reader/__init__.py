@@ -7,6 +7,7 @@
     frames.py         ImportedFrames: a PyTorch dataset of LeRobot items over an import (needs torch)
     gop_cache.py      GopCache: decoded GOPs and open video files kept per process
     decoder.py        Decoder: the one seam to a video decoder (PyAVDecoder, chosen by default_decoder)
+    threads.py        ThreadChoice: an item's decode threads, chosen by timing items
     samplers.py       training orders: EpisodeAwareSampler (LeRobot's), GopBlockSampler (GOP-keeping shuffle)
 """
 

@@ -47,7 +47,8 @@ class Decoder(Protocol):
         """A session for `track`'s codec and configuration (its extradata), decoding with `threads` threads."""
 
     def pixels(self, picture: Any) -> np.ndarray:
-        """A picture's RGB values as contiguous 3 x H x W uint8 (a depth map's codes: H x W x 1 uint16)."""
+        """A picture's RGB values as contiguous 3 x H x W uint8 (a depth map's codes: H x W x 1 uint16), in a new
+        array each call (the caller may keep it: a random read hands it to its item without copying)."""
 
     def picture_bytes(self, picture: Any) -> int:
         """Bytes a picture holds while it is kept undecoded to pixels (for the cache's memory bound)."""

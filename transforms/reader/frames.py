@@ -57,6 +57,7 @@ import json
 import math
 import os
 import threading
+import time
 from typing import Any, Callable, Mapping, Optional, Sequence
 
 import numpy as np
@@ -73,6 +74,7 @@ from transforms.reader.decoder import Decoder
 from transforms.reader.gop_cache import GopCache
 from transforms.reader.import_reader import ImportReader, _read_manifest
 from transforms.reader.seek import DEFAULT_TOLERANCE, ReaderError, TrackTables, VideoHandle
+from transforms.reader.threads import ThreadChoice
 
 try:  # a real torch Dataset when torch is there; the module still imports without it
     from torch.utils.data import Dataset as _Dataset
@@ -374,9 +376,11 @@ class ImportedFrames(_Dataset):
         dataset_root: where the dataset is now, when it moved after the import (see `ImportReader`); its
             meta/ files are read there too.
         cache_gops: decode streams (about a GOP of one camera each) kept per process.
-        decode_threads: threads that decode an item's cameras at the same time (one camera each); None: one
-            per camera up to the CPUs this process may use, in the process that made the dataset, and 1 in a
-            DataLoader worker (the loader's processes already keep the CPUs busy).
+        decode_threads: threads that decode an item's cameras at the same time (one camera each); None: in the
+            process that made the dataset, one per camera up to the CPUs this process may use, or 1, whichever
+            decoded the latest items faster (both are timed again every few hundred items: a second thread pays
+            only when the process gets a second core); 1 in a DataLoader worker (the loader's processes already
+            keep the CPUs busy).
         camera_dtype: "float32" (LeRobot's: C x H x W in [0, 1]) or "uint8" (LeRobot's `return_uint8=True`:
             a video camera's decoded 0..255 values, a quarter of the bytes through the DataLoader;
             `batch.float().div_(255)` on the training device gives LeRobot's tensor bit for bit; image features
@@ -475,6 +479,7 @@ class ImportedFrames(_Dataset):
     def _init_process(self) -> None:
         """Per-process state: readers and caches (never pickled, dropped in a forked child)."""
         self._pid = os.getpid()
+        self._thread_choice: Optional[ThreadChoice] = None
         self._import_reader: Optional[ImportReader] = None
         self._groups_cache: collections.OrderedDict = collections.OrderedDict()
         self._lock = threading.RLock()
@@ -833,13 +838,15 @@ class ImportedFrames(_Dataset):
         when `rows` is one frame number, not an array)."""
         torch = _torch()
         one = isinstance(rows, int)
+        owned = False  # whether `frames` are this item's own arrays (else the cache's, not to be handed out)
         try:
             h, samples, firsts = self._located(prep, camera)
             if samples is None:  # some frame has no picture: locate these alone (their own error, if any)
                 samples = h.track.order[h.locate(prep.timestamps[np.atleast_1d(rows)].astype(np.float64))]
                 frames = self._gops.frames(h.uri, h.track, samples)
-            elif one:
-                frames = [self._gops.frame(h.uri, h.track, int(samples[rows]), int(firsts[rows]))]
+            elif one:  # a uint8 item takes the frame's array itself; a float32 one divides it into its own
+                owned = self.camera_dtype == "uint8"
+                frames = [self._gops.frame(h.uri, h.track, int(samples[rows]), int(firsts[rows]), own=owned)]
             else:
                 frames = self._gops.frames(h.uri, h.track, samples[rows], firsts[rows])
         except ReaderError as ex:
@@ -861,7 +868,9 @@ class ImportedFrames(_Dataset):
             depth = depth_lib.dequantize(np.stack(frames), spec, self.depth_unit)  # N x H x W x 1 float32
             out = torch.from_numpy(depth).permute(0, 3, 1, 2)
             return out[0] if one else out
-        if self.camera_dtype == "uint8":  # a copy: the frames are the cache's
+        if self.camera_dtype == "uint8":
+            if owned:
+                return torch.from_numpy(first)
             return torch.from_numpy(first.copy()) if one else torch.from_numpy(np.stack(frames))
         # uint8 -> float32 / 255 as LeRobot computes it (the same IEEE division, so the same bits); the frames
         # are channels-first already (the decoder's planar RGB), so numpy divides straight into the item's
@@ -879,17 +888,28 @@ class ImportedFrames(_Dataset):
         from torch.utils.data import get_worker_info
         if get_worker_info() is not None:
             return 1
-        try:
-            cpus = len(os.sched_getaffinity(0))
-        except (AttributeError, OSError):  # not on Linux
-            cpus = os.cpu_count() or 1
-        return min(len(self.cameras), cpus)
+        if self._thread_choice is None:
+            try:
+                cpus = len(os.sched_getaffinity(0))
+            except (AttributeError, OSError):  # not on Linux
+                cpus = os.cpu_count() or 1
+            self._thread_choice = ThreadChoice(min(len(self.cameras), cpus))
+        return self._thread_choice.threads()
 
     def _cameras(self, prep: _Prepared, rows: dict, where: str) -> list:
         """`_camera` of every camera, in order: the first in this thread, the others in the pool's threads at
         the same time when there are threads to spare (decoding is most of an item's work, and PyAV decodes
-        without the GIL)."""
+        without the GIL). By default the threads are chosen by timing these calls (`threads.ThreadChoice`)."""
         threads = self._threads() if len(self.cameras) > 1 else 1
+        choice = self._thread_choice if self.decode_threads is None and len(self.cameras) > 1 else None
+        if choice is None or choice.most == 1:
+            return self._decode_cameras(prep, rows, where, threads)
+        start, decoded = time.perf_counter(), self._gops.samples_decoded
+        out = self._decode_cameras(prep, rows, where, threads)
+        choice.record(threads, time.perf_counter() - start, self._gops.samples_decoded - decoded)
+        return out
+
+    def _decode_cameras(self, prep: _Prepared, rows: dict, where: str, threads: int) -> list:
         if threads <= 1:
             return [self._camera(prep, cam, rows[cam], where) for cam in self.cameras]
         for cam in self.cameras:  # the files' tables read here, once: the pool's threads only decode
