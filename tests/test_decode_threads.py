@@ -30,18 +30,22 @@ def test_it_times_both_settings_alternately_and_keeps_the_faster():
     assert used == [1, 2] * 3 + [2] * 5 and choice.rounds == 2 and choice.chosen == 2
 
 
-def test_medians_decide_not_one_slow_item():
-    choice = ThreadChoice(3, probe=5, keep=100)
-    times = {1: iter([0.010, 0.010, 0.500, 0.010, 0.010]), 3: iter([0.008] * 5)}
-    for _ in range(10):
+def _time(choice: ThreadChoice, timed: dict[int, list[tuple[float, int]]]) -> None:
+    """Serve the items of one round of timing: `timed[threads]`, (seconds, samples) each, in plan order."""
+    left = {t: iter(v) for t, v in timed.items()}
+    while choice.rounds == 0:
         t = choice.threads()
-        choice.record(t, next(times[t]))
-    assert choice.chosen == 3  # one slow item (a long GOP) with one thread does not decide it
+        choice.record(t, *next(left[t]))
+
+
+def test_one_slow_item_does_not_decide_and_items_weigh_by_their_samples():
     choice = ThreadChoice(3, probe=5, keep=100)
-    times = {1: iter([0.010] * 5), 3: iter([0.002, 0.012, 0.012, 0.012, 0.012])}
-    for _ in range(10):
-        t = choice.threads()
-        choice.record(t, next(times[t]))
+    _time(choice, {1: [(0.010, 1), (0.010, 1), (0.500, 1), (0.010, 1), (0.010, 1)], 3: [(0.008, 1)] * 5})
+    assert choice.chosen == 3  # the one item descheduled for half a second is left out
+    # with three threads, three items of one sample at 3 ms and two of four samples at 5 ms each: 4.1 ms a
+    # sample over the items kept, though the median item took 3 ms a sample; one thread: 3.5 ms
+    choice = ThreadChoice(3, probe=5, keep=100)
+    _time(choice, {1: [(0.0035, 1)] * 5, 3: [(0.003, 1), (0.020, 4), (0.003, 1), (0.020, 4), (0.003, 1)]})
     assert choice.chosen == 1
 
 
@@ -98,3 +102,51 @@ def test_the_dataset_s_default_times_items_and_returns_the_same_items(so101, mon
     choice = auto._thread_choice
     assert choice is not None and choice.most == 2 and choice.rounds == 1 and seen[:4] == [1, 2, 1, 2]
     assert fixed._thread_choice is None  # a fixed setting times nothing
+
+
+def test_camera_threads_each_take_the_next_camera_and_the_first_camera_s_error_is_raised(so101, monkeypatch):
+    """With two threads, a thread done with its camera takes the next one not taken (the third camera goes to
+    whichever thread is not on the slow second camera); every thread finishes before the item returns or
+    raises, and the error raised is the first failing camera's."""
+    import threading
+    import time
+
+    from transforms.reader.frames import FramesError, ImportedFrames
+
+    import torch
+
+    ds = ImportedFrames(so101, camera_dtype="uint8", decode_threads=2)
+    a, b = ds.cameras
+    want = ImportedFrames(so101, camera_dtype="uint8", decode_threads=1)[3]
+    real = ImportedFrames._camera
+    taken, slow, failing = [], set(), set()
+    running = []
+
+    def camera(self, prep, cam, rows, where):
+        running.append(cam)
+        try:
+            time.sleep(0.3 if cam in slow else 0.05)  # long enough for both threads to start on a camera
+            taken.append((threading.get_ident(), cam))
+            if cam in failing:
+                raise FramesError(f"{cam} failed")
+            return real(self, prep, cam, rows, where)
+        finally:
+            running.remove(cam)
+
+    monkeypatch.setattr(ImportedFrames, "_camera", camera)
+    ds.cameras = [a, b, a]  # three cameras' worth of work on two threads
+    slow.add(b)
+    item = ds[3]
+    by_thread: dict = {}
+    for thread, cam in taken:
+        by_thread.setdefault(thread, []).append(cam)
+    # the thread on the slow camera did that one; the other took both of the others
+    assert sorted(by_thread.values()) == [[a, a], [b]]
+    assert torch.equal(item[a], want[a]) and torch.equal(item[b], want[b])
+    failing.update((a, b))
+    with pytest.raises(FramesError, match=f"^{a} failed$"):
+        ds[4]
+    assert running == []  # the slow camera's thread was waited for
+    failing.discard(a)
+    with pytest.raises(FramesError, match=f"^{b} failed$"):
+        ds[5]

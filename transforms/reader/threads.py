@@ -1,17 +1,15 @@
 """How many threads decode an item's cameras, chosen by timing the items themselves.
 
-Decoding an item's cameras in two threads at once halves its wall time when the process gets a second core, and
-costs about a tenth more when it does not: the threads' CPU time grows, and an item waits for its slowest
-camera while the other thread is descheduled. Neither the CPU count nor the load average says which case holds
-(the load average lags by a minute and counts the reader's own threads), so `ThreadChoice` measures: it times
-items with each setting in turn, alternating so that a change of load falls on both, keeps the faster for a
-while, then times both again. An item is timed per sample it decoded: how many samples a random item needs
-(one per camera, or a GOP's worth when its frame sits deep in a GOP) varies more than the settings do.
+Decoding an item's cameras in two threads at once cuts its wall time (by up to half) when the process gets a
+second core, and costs about a tenth more when it does not: the threads' CPU time grows, and an item waits for its
+slowest camera while the other thread is descheduled. Neither the CPU count nor the load average says which case
+holds (the load average lags by a minute and counts the reader's own threads), so `ThreadChoice` measures: it
+times items with each setting in turn, alternating so that a change of load falls on both, keeps the faster for a
+while, then times both again. An item is timed per sample it decoded: how many samples a random item needs (one
+per camera, or a GOP's worth when its frame sits deep in a GOP) varies more than the settings do.
 """
 
 from __future__ import annotations
-
-import statistics
 
 __all__ = ["ThreadChoice"]
 
@@ -66,10 +64,17 @@ class ThreadChoice:
         if threads != self._plan[-1] or samples <= 0:  # not the item the plan timed, or nothing decoded
             return
         self._plan.pop()
-        self._times[threads].append(seconds / samples)
+        self._times[threads].append((seconds, samples))
         if not self._plan:
-            # medians: one item descheduled for a while says little
-            one, many = statistics.median(self._times[1]), statistics.median(self._times[self.most])
+            one, many = _per_sample(self._times[1]), _per_sample(self._times[self.most])
             self.chosen = 1 if one < many else self.most
             self.rounds += 1
             self._left = self.keep
+
+
+def _per_sample(timed: list[tuple[float, int]]) -> float:
+    """Seconds per sample decoded over timed items, the slowest item per sample left out (one item descheduled
+    for a while says little). A ratio of sums, not a median of each item's: an item whose frame is a GOP's
+    first decodes fewer samples, each costing more, so per-item ratios vary more than the settings do."""
+    kept = sorted(timed, key=lambda t: t[0] / t[1])[:-1] or timed
+    return sum(t for t, _ in kept) / sum(n for _, n in kept)
