@@ -395,6 +395,75 @@ def test_a_cache_whose_reads_never_come_back_lets_go_of_its_streams(imports):
     assert len(cache._streams) == len(ds.cameras) and cache.streams_started == requests + len(ds.cameras)
 
 
+def test_letting_go_spares_the_streams_another_thread_s_request_is_still_reading(imports):
+    """Once the cache lets go of streams, one thread's request does not take away the stream of another thread's
+    request that has decoded the first of its frames and not yet the second: that request finishes on its stream
+    (one stream, its GOP decoded once), not on a new one started from the GOP's first sample again."""
+    import threading
+
+    from transforms.reader.decoder import PyAVDecoder
+    from transforms.reader.gop_cache import REUSE_WINDOW, GopCache
+
+    ds = ImportedFrames(imports("so101_av1"))
+    tracks = []
+    for e in range(ds.num_episodes):
+        prep = ds._episode(e)
+        for cam in ds.cameras:
+            h = ds._handle(prep, cam)
+            tracks.append((h.uri, h.track, h.track.order[h.locate(prep.timestamps.astype(np.float64))]))
+    uri, track, samples = tracks[0]
+    firsts = closure_starts(track, samples)
+    two = next(f for f in np.unique(firsts).tolist() if (firsts == f).sum() >= 2)  # a GOP of two frames or more
+    window = samples[firsts == two][:2]
+    others = [(u, t, int(s), int(f)) for u, t, ss in tracks for s, f in zip(ss, closure_starts(t, ss))
+              if not (u == uri and f == two)]
+    others = list({(u, f): (u, t, s, f) for u, t, s, f in others}.values())  # one frame per other GOP
+    assert len(others) > REUSE_WINDOW + 1
+
+    entered, release = threading.Event(), threading.Event()
+    reader = {}
+
+    class Blocking(PyAVDecoder):
+        """PyAV, except that the reading thread's first decode waits until the test lets it go on."""
+
+        def open(self, track, threads):
+            session = super().open(track, threads)
+            decode = session.decode
+
+            def blocking(*args):
+                if threading.get_ident() == reader.get("ident") and not entered.is_set():
+                    entered.set()
+                    release.wait(10)
+                return decode(*args)
+
+            session.decode = blocking
+            return session
+
+    cache = GopCache(8, decoder=Blocking())
+    for u, t, s, f in others[:REUSE_WINDOW]:  # random reads: none asked again, so the cache lets go from now on
+        cache.frame(u, t, s, f)
+    assert cache._streams == {} and cache.streams_let_go > 0
+    started = cache.streams_started
+    got = {}
+
+    def read_window():
+        reader["ident"] = threading.get_ident()
+        got["frames"] = cache.frames(uri, track, window)
+
+    thread = threading.Thread(target=read_window)
+    thread.start()
+    assert entered.wait(10)
+    u, t, s, f = others[REUSE_WINDOW]
+    cache.frame(u, t, s, f)  # answered while the window's request waits in its first decode: lets go of streams
+    release.set()
+    thread.join(10)
+    assert cache.streams_started == started + 2  # the other read's stream and the window's one, not a second
+    plain = GopCache(0)
+    for frame, sample in zip(got["frames"], window.tolist()):
+        assert np.array_equal(frame, plain.frames(uri, track, [sample])[0])
+    assert cache._streams == {}  # let go of once its own request was answered
+
+
 def test_pickles_without_open_files(imports):
     out = imports("so101_av1")
     info, _ = _recorded(lerobot_dataset("so101_av1"))

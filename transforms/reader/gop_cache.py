@@ -176,6 +176,8 @@ class GopCache:
         self._reuse: collections.deque = collections.deque(maxlen=REUSE_WINDOW)
         self._reused = 0
         self._let_go: collections.OrderedDict = collections.OrderedDict()
+        # keys of the streams requests in flight ask for (another thread's request may be between two of its frames)
+        self._in_flight: dict[tuple, int] = {}
         #: Streams let go of once their request was answered, the reads not coming back.
         self.streams_let_go = 0
 
@@ -250,17 +252,27 @@ class GopCache:
             wanted = np.asarray(samples, np.int64).tolist()
             starts = [track.closure_start(s) for s in wanted] if firsts is None else \
                 np.asarray(firsts, np.int64).tolist()
-            again = self._asked_again(uri, starts)
             if len(wanted) == 1:
-                out = [self._sample_frame(uri, track, wanted[0], starts[0], wanted[0])]
-            else:
+                return [self._request(uri, track, wanted[0], starts[0])]
+            again = self._asked_again(uri, starts)
+            keys = [(uri, f) for f in set(starts)]
+            in_flight = self._in_flight
+            for key in keys:
+                in_flight[key] = in_flight.get(key, 0) + 1
+            try:
                 # the last sample asked of each decode closure: a new stream fetches the bytes of all the frames
                 # asked of it in one batch of reads (a window of frames in one GOP is one request, not one each)
                 upto: dict[int, int] = {}
                 for f, s in zip(starts, wanted):
                     upto[f] = max(upto.get(f, s), s)
                 out = [self._sample_frame(uri, track, s, f, upto[f]) for s, f in zip(wanted, starts)]
-            self._answered(uri, starts, again)
+            finally:
+                for key in keys:
+                    if in_flight[key] > 1:
+                        in_flight[key] -= 1
+                    else:
+                        del in_flight[key]
+            self._answered(keys, again)
             return out
 
     def frame(self, uri: str, track: TrackTables, sample: int, first: int, *, own: bool = False) -> np.ndarray:
@@ -275,19 +287,24 @@ class GopCache:
         if self._pid != os.getpid():
             self._check_process()
         with self._lock:
-            again = self._asked_again(uri, (first,))
-            out = self._sample_frame(uri, track, sample, first, sample, own)
-            self._answered(uri, (first,), again)
-            return out
+            return self._request(uri, track, sample, first, own)
+
+    def _request(self, uri: str, track: TrackTables, sample: int, first: int, own: bool = False) -> np.ndarray:
+        """A request for one frame (the lock held)."""
+        again = self._asked_again(uri, (first,))
+        out = self._sample_frame(uri, track, sample, first, sample, own)
+        self._answered([(uri, first)], again)
+        return out
 
     def _asked_again(self, uri: str, firsts: Any) -> bool:
         """Whether a request for the closures starting at `firsts` asks for a stream an earlier request left."""
         streams, let_go = self._streams, self._let_go
         return any((uri, f) in streams or (uri, f) in let_go for f in firsts)
 
-    def _answered(self, uri: str, firsts: Any, again: bool) -> None:
-        """Count the request; when none of the last REUSE_WINDOW asked for a stream again, let go of every stream
-        (this request's, and those kept from before the reads turned random)."""
+    def _answered(self, keys: list, again: bool) -> None:
+        """Count the request (its streams' keys); when none of the last REUSE_WINDOW asked for a stream again, let
+        go of every stream no request in flight asks for (this request's, and those kept from before the reads
+        turned random)."""
         reuse = self._reuse
         if len(reuse) == REUSE_WINDOW:
             self._reused -= reuse[0]
@@ -295,8 +312,10 @@ class GopCache:
         self._reused += again
         if self._reused or len(reuse) < REUSE_WINDOW or not self.max_gops:
             return
-        let_go = self._let_go
-        for key in [(uri, f) for f in firsts] + list(self._streams):
+        let_go, in_flight = self._let_go, self._in_flight
+        for key in keys + list(self._streams):
+            if key in in_flight:  # another thread's request is between two of its frames: it lets go of it
+                continue
             stream = self._streams.pop(key, None)
             if stream is not None:
                 self._retire(stream)
