@@ -378,7 +378,7 @@ class ImportedFrames(_Dataset):
         cache_gops: decode streams (about a GOP of one camera each) kept per process.
         decode_threads: threads that decode an item's cameras at the same time (one camera each); None: in the
             process that made the dataset, one per camera up to the CPUs this process may use, or 1, whichever
-            decoded the latest items faster (both are timed again every few hundred items: a second thread pays
+            decoded the latest items faster (both are timed again every ~600 items: a second thread pays
             only when the process gets a second core); 1 in a DataLoader worker (the loader's processes already
             keep the CPUs busy).
         camera_dtype: "float32" (LeRobot's: C x H x W in [0, 1]) or "uint8" (LeRobot's `return_uint8=True`:

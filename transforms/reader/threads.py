@@ -23,7 +23,7 @@ class ThreadChoice:
         keep: items served with the faster setting before both are timed again.
     """
 
-    def __init__(self, most: int, *, probe: int = 12, keep: int = 240) -> None:
+    def __init__(self, most: int, *, probe: int = 12, keep: int = 600) -> None:
         self.most = max(1, int(most))
         self.probe = max(1, int(probe))
         self.keep = max(0, int(keep))
