@@ -290,7 +290,8 @@ class GopCache:
             return self._request(uri, track, sample, first, own)
 
     def _request(self, uri: str, track: TrackTables, sample: int, first: int, own: bool = False) -> np.ndarray:
-        """A request for one frame (the lock held)."""
+        """A request for one frame (the lock held). It needs no in-flight mark: another thread can let go of its
+        stream only while it decodes (the lock released), and it then finishes on the stream it holds."""
         again = self._asked_again(uri, (first,))
         out = self._sample_frame(uri, track, sample, first, sample, own)
         self._answered([(uri, first)], again)
@@ -314,7 +315,7 @@ class GopCache:
             return
         let_go, in_flight = self._let_go, self._in_flight
         for key in keys + list(self._streams):
-            if key in in_flight:  # another thread's request is between two of its frames: it lets go of it
+            if key in in_flight:  # another thread's request is between two of its frames: let go when answered
                 continue
             stream = self._streams.pop(key, None)
             if stream is not None:

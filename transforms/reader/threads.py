@@ -32,7 +32,7 @@ class ThreadChoice:
         #: Rounds of timing completed.
         self.rounds = 0
         self._plan: list[int] = []
-        self._times: dict[int, list[float]] = {}
+        self._times: dict[int, list[tuple[float, int]]] = {}  # per setting: (seconds, samples) of each item timed
         self._left = 0
         self._start_round()
 
