@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from tests.helpers import lerobot_dataset, run_import
+from tests.helpers import assert_items_equal, lerobot_dataset, run_import
 from transforms.reader.threads import ThreadChoice
 
 
@@ -86,8 +86,6 @@ def so101(tmp_path_factory):
 def test_the_dataset_s_default_times_items_and_returns_the_same_items(so101, monkeypatch):
     """With `decode_threads` left to its default, items are decoded with one thread and with one per camera in
     turn (the choice's plan), and the items are those of a fixed setting."""
-    import torch
-
     from transforms.reader.frames import ImportedFrames
 
     monkeypatch.setattr("os.sched_getaffinity", lambda pid: {0, 1}, raising=False)
@@ -96,9 +94,7 @@ def test_the_dataset_s_default_times_items_and_returns_the_same_items(so101, mon
     seen = []
     for i in np.random.default_rng(5).permutation(len(auto))[:30].tolist():
         seen.append(auto._threads())
-        a, b = auto[i], fixed[i]
-        for cam in auto.cameras:
-            assert torch.equal(a[cam], b[cam])
+        assert_items_equal(auto[i], fixed[i])
     choice = auto._thread_choice
     assert choice is not None and choice.most == 2 and choice.rounds == 1 and seen[:4] == [1, 2, 1, 2]
     assert fixed._thread_choice is None  # a fixed setting times nothing

@@ -380,9 +380,7 @@ def test_a_cache_whose_reads_never_come_back_lets_go_of_its_streams(imports):
     reference = ImportedFrames(imports("so101_av1"), camera_dtype="uint8", cache_gops=0)
     cache = ds.gop_cache
     for k, i in enumerate(order):
-        item = ds[i]
-        for cam in ds.cameras:
-            assert torch.equal(item[cam], reference[i][cam])
+        assert_items_equal(ds[i], reference[i])
         if (k + 1) * len(ds.cameras) < REUSE_WINDOW:  # still keeping: the last streams are in the cache
             assert len(cache._streams) == min(8, (k + 1) * len(ds.cameras)) and cache.streams_let_go == 0
     assert cache._streams == {} and cache.streams_started == requests

@@ -176,10 +176,9 @@ class PathTemplate:
         """`render(episode_chunk=e // chunks_size, episode_index=e[, video_key=...])` of the episodes e in
         start..end-1, in that order: one path per episode of a v2.x dataset, rendered by the hundred thousand."""
         fmt = _python_format(self.template)
-        if fmt is None or start < 0 or (video_key is not None and not isinstance(video_key, str)):
-            keys = {} if video_key is None else {"video_key": video_key}
-            return [self.render(episode_chunk=e // chunks_size, episode_index=e, **keys) for e in range(start, end)]
         keys = {} if video_key is None else {"video_key": video_key}
+        if fmt is None or start < 0 or (video_key is not None and not isinstance(video_key, str)):
+            return [self.render(episode_chunk=e // chunks_size, episode_index=e, **keys) for e in range(start, end)]
         found = [fmt.format(episode_chunk=e // chunks_size, episode_index=e, **keys) for e in range(start, end)]
         for path in found:
             if not _plain_path(path):

@@ -901,7 +901,7 @@ class ImportedFrames(_Dataset):
         the same time when there are threads to spare (decoding is most of an item's work, and PyAV decodes
         without the GIL). By default the threads are chosen by timing these calls (`threads.ThreadChoice`)."""
         threads = self._threads() if len(self.cameras) > 1 else 1
-        choice = self._thread_choice if self.decode_threads is None and len(self.cameras) > 1 else None
+        choice = self._thread_choice  # made by `_threads` only where the threads are chosen by timing
         if choice is None or choice.most == 1:
             return self._decode_cameras(prep, rows, where, threads)
         start, decoded = time.perf_counter(), self._gops.samples_decoded
@@ -927,8 +927,8 @@ class ImportedFrames(_Dataset):
         errors: list = [None] * len(self.cameras)
 
         def work() -> None:
-            # this thread and the pool's each take the next camera no thread has taken yet: three cameras on two
-            # threads then take about one and a half cameras' time, where one thread doing two of them took two
+            # this thread and the pool's each take the next camera no thread has taken yet, so a camera slower than
+            # the others (a deeper GOP position, a heavier codec) holds up only the thread decoding it
             while True:
                 try:
                     k, cam = cameras.popleft()
