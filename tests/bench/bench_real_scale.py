@@ -123,7 +123,8 @@ def bench_import(work: Path, row_groups: str, rounds: int, reuse: bool = False) 
     for i in range(rounds):
         out = work / f"out-{i}"
         shutil.rmtree(out, ignore_errors=True)
-        m = measure([sys.executable, "-m", "pipelines.import_lerobot", "--dataset", str(root), "--output", str(out)],
+        m = measure([sys.executable, "-m", "pipelines.import_lerobot", "--dataset", str(root), "--output", str(out),
+                     "-v"],  # -v: the metrics line
                     cwd=REPO)
         if m.rc != 0:
             raise SystemExit(f"the import failed ({m.rc}):\n{m.stdout[-3000:]}\n{m.stderr[-3000:]}")

@@ -305,13 +305,14 @@ def _image(column: pa.Array, feature: Feature) -> pa.Array:
     return pa.ExtensionArray.from_storage(image_type, storage)
 
 
-def frames_list(frames: Sequence[pa.StructArray], frame_type: pa.StructType) -> pa.ListArray:
-    """Per-episode frame arrays -> the `frames` column (one list per episode)."""
-    lengths = np.fromiter((len(f) for f in frames), np.int64, len(frames))
-    offsets = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int32)
-    values = pa.concat_arrays(list(frames)) if frames else pa.nulls(0, frame_type)
+def frames_list(frames: Sequence[pa.StructArray], frame_type: pa.StructType) -> pa.ChunkedArray:
+    """Per-episode frame arrays -> the `frames` column (one list per episode), one chunk per episode.
+
+    Each chunk is a view of its episode's frames, not a copy: a part's frames are held once while the
+    part is encoded, and the Parquet writer builds its levels an episode at a time (a part of a few wide
+    episodes would otherwise hold its frames twice, and levels for all of them at once). The Parquet bytes
+    are those of the same column in one chunk.
+    """
     list_type = pa.list_(pa.field("item", frame_type, nullable=False))
-    return pa.ListArray.from_arrays(pa.array(offsets), values, type=list_type)
-
-
-
+    chunks = [pa.ListArray.from_arrays(pa.array([0, len(f)], pa.int32()), f, type=list_type) for f in frames]
+    return pa.chunked_array(chunks, list_type)

@@ -25,7 +25,7 @@ from transforms.base.errors import LeRobotImportError
 K = TypeVar("K")
 #: Row groups read together: at most this many uncompressed bytes, so a worker's memory is bounded
 #: by this batch or the largest episode, not by the data file.
-BATCH_BYTES = 64 * 1024 * 1024
+BATCH_BYTES = 16 * 1024 * 1024
 
 
 @dataclasses.dataclass(frozen=True)
@@ -258,14 +258,21 @@ class DataFileReader:
             leaves = leaf_columns(pf.schema_arrow, ["index"], md.num_columns)
             layout = index_layout_from_statistics(md, leaves[0]) if len(leaves) == 1 else None
         self._index_checked_per_batch = layout is not None
-        self._layout = layout if layout is not None else index_layout(pf.read(columns=["index"]).column("index"),
+        self._pf = pf
+        self._layout = layout if layout is not None else index_layout(self._read(columns=["index"]).column("index"),
                                                                       file=self.relative)
         rows = [md.row_group(i).num_rows for i in range(md.num_row_groups)]
         self._groups = _RowGroups(np.concatenate([[0], np.cumsum(rows)]).astype(np.int64))
-        self._pf = pf
         # The last row group read, kept: the next episodes read (of this part or the next part of its
         # read unit) begin in it when it holds rows of both, and it is then not read again.
         self._last: Optional[tuple[int, pa.Table]] = None
+
+    def _read(self, row_groups: Optional[Sequence[int]] = None, *, columns: Sequence[str]) -> pa.Table:
+        """Read row groups (None: all) through a reader made for this read alone, from the footer already
+        read: pyarrow's reader keeps the bytes of the column chunks it read last for as long as it lives,
+        and a kept reader would hold a wide batch's bytes beside the frames typed from them."""
+        pf = pq.ParquetFile(self._source, metadata=self._pf.metadata)
+        return pf.read(columns=columns) if row_groups is None else pf.read_row_groups(row_groups, columns=columns)
 
     @property
     def columns(self) -> tuple[str, ...]:
@@ -315,7 +322,7 @@ class DataFileReader:
         g0, _ = groups.covering(lo, lo + 1)
         _, g1 = groups.covering(hi - 1, hi)
         try:
-            table = self._row_groups(g0, g1)
+            table = self._row_groups(g0, g1, hi)
         except (pa.ArrowException, OSError, ValueError) as ex:
             return self._failed([(key, row) for key, row, _, _ in batch], LeRobotImportError(
                 "data_file", f"reading row groups {g0}..{g1 - 1} of the data file failed: {ex}", file=relative))
@@ -336,7 +343,7 @@ class DataFileReader:
         if values is not None and np.array_equal(values, np.arange(expected, expected + len(values))):
             return None
         try:
-            index_layout(self._pf.read(columns=["index"]).column("index"), file=self.relative)
+            index_layout(self._read(columns=["index"]).column("index"), file=self.relative)
             self._error = LeRobotImportError(  # the statistics disagree with the column itself
                 "index_not_consecutive", f"the data file's `index` column does not hold {expected}.."
                 f"{expected + span.num_rows - 1} in rows {first_row}..{first_row + span.num_rows - 1}, as its "
@@ -348,18 +355,21 @@ class DataFileReader:
                                              file=self.relative)
         return self._error
 
-    def _row_groups(self, g0: int, g1: int) -> pa.Table:
-        """Row groups g0..g1-1 (the feature columns), the first taken from the last read when it is that one;
-        the last of them is kept for the next read."""
+    def _row_groups(self, g0: int, g1: int, end_row: int) -> pa.Table:
+        """Row groups g0..g1-1 (the feature columns), the first taken from the last read when it is that one.
+        The last of them is kept for the next read when rows of it lie past `end_row` (the end of what this
+        read wants): the next episodes begin there. One read to its end keeps nothing, so a wide batch is
+        not held while its frames are typed and written."""
         starts = self._groups.starts
         if self._last is not None and self._last[0] == g0:
             kept = self._last[1]
             table = kept if g1 == g0 + 1 else pa.concat_tables(
-                [kept, self._pf.read_row_groups(list(range(g0 + 1, g1)), columns=self._columns)])
+                [kept, self._read(list(range(g0 + 1, g1)), columns=self._columns)])
         else:
             self._last = None  # freed before the next read, not after it
-            table = self._pf.read_row_groups(list(range(g0, g1)), columns=self._columns)
-        self._last = (g1 - 1, table.slice(int(starts[g1 - 1] - starts[g0])))
+            table = self._read(list(range(g0, g1)), columns=self._columns)
+        rest = end_row < int(starts[g1])
+        self._last = (g1 - 1, table.slice(int(starts[g1 - 1] - starts[g0]))) if rest else None
         return table
 
     def close(self) -> None:

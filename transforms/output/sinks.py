@@ -10,10 +10,13 @@ and one line in `SINKS`.
 
 from __future__ import annotations
 
-import dataclasses
+import hashlib
 import importlib
+import io
 import json
-from typing import Sequence
+import shutil
+import tempfile
+from typing import Optional, Sequence
 
 import pyarrow as pa
 
@@ -30,13 +33,63 @@ SINKS = {
 DEFAULT_SINK = "parquet"
 
 
-@dataclasses.dataclass(frozen=True)
-class Encoded:
-    """A part as its sink will store it (`data`, whose length the manifest records as the part's bytes), and
-    the digest the manifest records."""
+#: A part's encoded bytes are held in memory up to this size, beyond it in an unnamed local temporary
+#: file: a worker writing a big part holds its frames, not also their Parquet bytes.
+SPOOL_BYTES = 16 * 1024 * 1024
 
-    data: bytes
-    sha256: str
+
+class Encoded:
+    """A part as its sink will store it, written like a file (`write`, `tell`) while it is encoded: its bytes
+    (`size` of them, the manifest's part bytes) and their sha256, taken as they are written.
+
+    The bytes live in memory up to `SPOOL_BYTES`, then in a local temporary file that has no name (nothing
+    is left behind by a worker that dies); `close` lets them go.
+    """
+
+    def __init__(self, spool_bytes: Optional[int] = None) -> None:
+        self._in_memory = SPOOL_BYTES if spool_bytes is None else spool_bytes
+        self._file = tempfile.SpooledTemporaryFile(max_size=self._in_memory)
+        self._hash = hashlib.sha256()
+        self.size = 0
+
+    def write(self, data) -> int:
+        self._hash.update(data)
+        self._file.write(data)
+        self.size += len(data)
+        return len(data)
+
+    def tell(self) -> int:
+        return self.size
+
+    @property
+    def closed(self) -> bool:
+        return self._file.closed
+
+    @property
+    def sha256(self) -> str:
+        return self._hash.hexdigest()
+
+    @property
+    def spilled(self) -> bool:
+        """Whether the bytes went to the temporary file (more than `SPOOL_BYTES` of them)."""
+        return self.size > self._in_memory  # where SpooledTemporaryFile moves them
+
+    def copy_to(self, f, chunk_bytes: int = 1024 * 1024) -> None:
+        """Write every byte, from the first, into the open file `f` (again from the first on each call)."""
+        self._file.seek(0)
+        shutil.copyfileobj(self._file, f, chunk_bytes)
+        self._file.seek(0, io.SEEK_END)
+
+    def read(self) -> bytes:
+        """Every byte (for a small part, or a test)."""
+        self._file.seek(0)
+        try:
+            return self._file.read()
+        finally:
+            self._file.seek(0, io.SEEK_END)
+
+    def close(self) -> None:
+        self._file.close()
 
 
 class EpisodesSink:
@@ -46,7 +99,8 @@ class EpisodesSink:
     name = ""
 
     def encode(self, table: pa.Table) -> Encoded:
-        """A part's typed table (`writes.part_table`) as the sink stores it; called on the encoder thread."""
+        """A part's typed table (`writes.part_table`) as the sink stores it; called on the encoder thread.
+        The caller closes what it returns once the part is staged (or given up)."""
         raise NotImplementedError
 
     def stage(self, out: str, episodes_file: str, part: int, num_parts: int, encoded: Encoded) -> str:
@@ -74,12 +128,17 @@ class ParquetParts(EpisodesSink):
     name = "parquet"
 
     def encode(self, table: pa.Table) -> Encoded:
-        data = writes.parquet_bytes(table)
-        return Encoded(data, writes.sha256_hex(data))
+        encoded = Encoded()
+        try:
+            writes.write_parquet(table, encoded)
+        except BaseException:
+            encoded.close()
+            raise
+        return encoded
 
     def stage(self, out: str, episodes_file: str, part: int, num_parts: int, encoded: Encoded) -> str:
         final = storage.join(out, paths.output_part_path(episodes_file, part, num_parts))
-        return storage.write_tmp(final, lambda f: f.write(encoded.data))
+        return storage.write_tmp(final, encoded.copy_to)
 
     def commit(self, out: str, dataset: str, episodes_file: str, results: Sequence[PartResult],
                extra_failures: Sequence[FailureRecord] = ()) -> FileOutcome:

@@ -65,12 +65,18 @@ def part_table(info: DatasetInfo, rows: Sequence[EpisodeRow], frames: Sequence[p
     return pa.Table.from_arrays(columns, schema=schema)
 
 
-def parquet_bytes(table: pa.Table) -> bytes:
-    """Deterministic Parquet bytes: same table, same bytes."""
-    sink = io.BytesIO()
+def write_parquet(table: pa.Table, sink) -> None:
+    """Write a part's table as Parquet into an open file (anything with `write` and `tell`): same table,
+    same bytes."""
     pq.write_table(table, sink, compression="zstd", row_group_size=EPISODES_PER_ROW_GROUP,
                    use_compliant_nested_type=False, use_dictionary=False,
                    write_statistics=["episode_index", "length"], store_schema=True)
+
+
+def parquet_bytes(table: pa.Table) -> bytes:
+    """A part's table as Parquet bytes (`write_parquet`)."""
+    sink = io.BytesIO()
+    write_parquet(table, sink)
     return sink.getvalue()
 
 

@@ -68,9 +68,14 @@ class PartWriter(Counted):
     def new_bundle(self) -> None:
         """Forget a part still pending from a bundle that failed before `flush` (the runner retries that
         bundle whole, so the part is written again there)."""
+        if self._pending is not None:
+            _let_go(self._pending[0])
         self._pending = None
 
     def close(self) -> None:
+        if self._pending is not None:
+            _let_go(self._pending[0])
+            self._pending = None
         self._encoder.shutdown(wait=True)
         for reader in self._readers.values():
             reader.close()
@@ -274,13 +279,17 @@ class PartWriter(Counted):
 
     def _write(self, header: PartHeader, encoded: sinks.Encoded, n_frames: int,
                dropped: tuple[FailureRecord, ...] = ()) -> FileInputs:
-        with stopping.output_work():
-            tmp = self._sink.stage(header.output, header.episodes_file, header.plan.part, header.num_parts, encoded)
+        try:
+            with stopping.output_work():
+                tmp = self._sink.stage(header.output, header.episodes_file, header.plan.part, header.num_parts,
+                                       encoded)
+        finally:
+            encoded.close()  # stored or failed, its bytes are not needed again
         self._counters["episodes"].inc(len(header.rows))
         self._counters["frames"].inc(n_frames)
         self._counters["parts_written"].inc()
-        self._counters["output_bytes"].inc(len(encoded.data))
-        return _part_result(header, tmp_uri=tmp, frames=n_frames, bytes=len(encoded.data), sha256=encoded.sha256,
+        self._counters["output_bytes"].inc(encoded.size)
+        return _part_result(header, tmp_uri=tmp, frames=n_frames, bytes=encoded.size, sha256=encoded.sha256,
                             dropped=dropped)
 
 
@@ -320,6 +329,14 @@ class _Encoding:
     findings: tuple
     data: futures.Future
     dropped: tuple = ()  # v2.x: the failures of the episodes left out of the part
+
+
+def _let_go(pending: _Encoding) -> None:
+    """Close a part's encoded bytes that will not be stored, once its encoding ends."""
+    def close(done: futures.Future) -> None:
+        if not done.cancelled() and done.exception() is None:
+            done.result().close()
+    pending.data.add_done_callback(close)
 
 
 def _strict_error(findings) -> bool:
