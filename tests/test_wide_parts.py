@@ -5,12 +5,14 @@ local temporary file rather than memory."""
 
 from __future__ import annotations
 
+import errno
 import gc
 import hashlib
 import io
 import os
 import subprocess
 import sys
+import tempfile
 import textwrap
 import tracemalloc
 from pathlib import Path
@@ -26,6 +28,9 @@ from transforms.lerobot import data_files
 from transforms.lerobot.dataset import read_info
 from transforms.lerobot.episodes_files import EpisodeRow
 from transforms.output import paths, sinks, writes
+from transforms.work.messages import ImportConfig
+from transforms.work.part_writer import COUNTERS, PartWriter
+from transforms.work.planner import EpisodesFilePlanner
 
 REPO = Path(__file__).resolve().parents[1]
 FILE0 = "meta/episodes/chunk-000/file-000.parquet"
@@ -119,6 +124,37 @@ def test_a_big_part_s_bytes_are_spooled_to_an_unnamed_file_and_staged_whole(tmp_
     encoded.close()
     assert encoded.closed
     assert not (tmp_path / "out" / paths.output_part_path(FILE0, 0, 1)).exists()  # staged, not committed
+
+
+class _Count:
+    def inc(self, n: int = 1) -> None:
+        pass
+
+
+def test_a_full_temporary_folder_fails_the_part_with_disk_full_naming_the_folder(tmp_path, monkeypatch):
+    """The worker's own disk filling up while a part's bytes wait there is `disk_full` naming that folder and
+    TMPDIR, not an internal error; nothing is staged."""
+    def full(self, data):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(sinks.Encoded, "write", full)
+    root = "file://" + str(write_dataset(tmp_path / "ds", DatasetSpec(lengths=(5, 7))))
+    out = "file://" + str(tmp_path / "out")
+    config = ImportConfig(targets=((root, out),))
+    planned = EpisodesFilePlanner(config).plan(root, FILE0, out)
+    writer = PartWriter(config, {name: _Count() for name in COUNTERS})
+    try:
+        written = list(writer.write_unit((root, FILE0, 0), planned.to_parts)) + [writer.flush()]
+    finally:
+        writer.close()
+    ((_, result),) = [w for w in written if w is not None]
+    (failure,) = result.results[0].failures
+    assert failure.rule == "disk_full" and failure.episodes_file == FILE0
+    assert failure.message.startswith(f"[disk_full] dataset {root}, episodes file {FILE0}: writing a part's bytes "
+                                      f"to a temporary file in {tempfile.gettempdir()} failed: No space left on "
+                                      "device; ")
+    assert "point TMPDIR at a disk with room" in failure.message
+    assert not result.results[0].tmp_uri and not list((tmp_path / "out").rglob("*.parquet*"))
 
 
 def test_a_small_part_s_bytes_stay_in_memory():

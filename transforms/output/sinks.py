@@ -21,7 +21,7 @@ from typing import Optional, Sequence
 import pyarrow as pa
 
 from transforms.base import storage
-from transforms.base.errors import FailureRecord
+from transforms.base.errors import FailureRecord, LeRobotImportError
 from transforms.episode.outcomes import FileOutcome, PartResult
 from transforms.output import paths, safety, writes
 
@@ -92,6 +92,20 @@ class Encoded:
         self._file.close()
 
 
+def spool_error(ex: BaseException) -> Optional[LeRobotImportError]:
+    """A failed write of a part's bytes to the worker's temporary folder as the rule it breaks (`disk_full`,
+    `output_not_writable`: a full or read-only disk there is the worker's, not the output's); None for
+    anything else."""
+    folder = tempfile.gettempdir()
+    named = storage.write_error(ex, folder)
+    if named is None:
+        return None
+    return LeRobotImportError(named.rule, f"writing a part's bytes to a temporary file in {folder} failed: "
+                              f"{getattr(ex, 'strerror', None) or ex}; a part's bytes beyond {SPOOL_BYTES:,} wait "
+                              "in the worker's temporary folder until they are stored: free space there (or point "
+                              "TMPDIR at a disk with room) and run the import again; what was committed stays valid")
+
+
 class EpisodesSink:
     """The interface every sink implements. A sink is made once per worker (`sink`), holds no run state,
     and is called from the part writer, the commit of an episodes file and the finish of a dataset."""
@@ -131,9 +145,12 @@ class ParquetParts(EpisodesSink):
         encoded = Encoded()
         try:
             writes.write_parquet(table, encoded)
-        except BaseException:
+        except BaseException as ex:
             encoded.close()
-            raise
+            named = spool_error(ex)
+            if named is None:
+                raise
+            raise named from None
         return encoded
 
     def stage(self, out: str, episodes_file: str, part: int, num_parts: int, encoded: Encoded) -> str:
