@@ -126,6 +126,25 @@ def test_a_big_part_s_bytes_are_spooled_to_an_unnamed_file_and_staged_whole(tmp_
     assert not (tmp_path / "out" / paths.output_part_path(FILE0, 0, 1)).exists()  # staged, not committed
 
 
+def test_a_spooled_part_is_staged_whole_on_object_storage(monkeypatch):
+    import fsspec
+    monkeypatch.setattr(sinks, "SPOOL_BYTES", 64 * 1024)
+    table = pa.table({"length": pa.array(np.random.default_rng(2).integers(0, 1 << 40, 300_000), pa.int64())})
+    expected = writes.parquet_bytes(table)
+    assert len(expected) > 2 * 1024 * 1024  # several of the stage's 1 MiB pieces
+    sink = sinks.sink("parquet")
+    encoded = sink.encode(table)
+    try:
+        tmp = sink.stage("memory://spooled/out", FILE0, 0, 1, encoded)
+    finally:
+        encoded.close()
+    memory = fsspec.filesystem("memory")
+    try:
+        assert encoded.spilled and memory.cat(tmp.removeprefix("memory://")) == expected
+    finally:
+        memory.rm("/spooled", recursive=True)
+
+
 class _Count:
     def inc(self, n: int = 1) -> None:
         pass
