@@ -72,7 +72,7 @@ class Encoded:
     @property
     def spilled(self) -> bool:
         """Whether the bytes went to the temporary file (more than `SPOOL_BYTES` of them)."""
-        return self.size > self._in_memory  # where SpooledTemporaryFile moves them
+        return self.size > self._in_memory  # SpooledTemporaryFile moves its bytes to a file past that size
 
     def copy_to(self, f, chunk_bytes: int = 1024 * 1024) -> None:
         """Write every byte, from the first, into the open file `f` (again from the first on each call)."""
