@@ -145,6 +145,20 @@ def test_a_spooled_part_is_staged_whole_on_object_storage(monkeypatch):
         memory.rm("/spooled", recursive=True)
 
 
+def test_a_write_that_passes_the_bound_goes_to_the_file_without_passing_through_memory():
+    """A wide episode's Parquet page arrives in one write of tens of MB: the bytes held so far move to the
+    file first, and the page is written there alone."""
+    encoded = sinks.Encoded(spool_bytes=1000)
+    in_memory = encoded._file._file  # the BytesIO SpooledTemporaryFile starts with
+    encoded.write(b"a" * 600)
+    encoded.write(b"b" * 5000)
+    encoded.write(b"c" * 10)
+    assert encoded.spilled and in_memory.getvalue() == b"a" * 600
+    assert encoded.read() == b"a" * 600 + b"b" * 5000 + b"c" * 10 and encoded.size == 5610
+    assert encoded.sha256 == hashlib.sha256(encoded.read()).hexdigest()
+    encoded.close()
+
+
 class _Count:
     def inc(self, n: int = 1) -> None:
         pass

@@ -54,6 +54,10 @@ class Encoded:
 
     def write(self, data) -> int:
         self._hash.update(data)
+        if self.size + len(data) > self._in_memory >= self.size:
+            # to the file before the write that passes the bound, not after it: a wide episode's page can
+            # be tens of MB, which would otherwise be held in memory once more on its way to the file
+            self._file.rollover()
         self._file.write(data)
         self.size += len(data)
         return len(data)
@@ -72,7 +76,7 @@ class Encoded:
     @property
     def spilled(self) -> bool:
         """Whether the bytes went to the temporary file (more than `SPOOL_BYTES` of them)."""
-        return self.size > self._in_memory  # SpooledTemporaryFile moves its bytes to a file past that size
+        return self.size > self._in_memory
 
     def copy_to(self, f, chunk_bytes: int = 1024 * 1024) -> None:
         """Write every byte, from the first, into the open file `f` (again from the first on each call)."""
