@@ -26,7 +26,7 @@ import json
 import os
 import re
 import stat
-from typing import Any, Iterable, Optional
+from typing import Any, Callable, Iterable, Optional
 
 from transforms.base import storage
 from transforms.output import paths
@@ -398,34 +398,26 @@ class _ManifestStream:
     def document(self) -> Any:
         if self._peek() != "{":
             doc = self._value()
-        else:
-            self._at += 1
-            doc = {}
-            if self._peek() == "}":
-                self._at += 1
-            else:
-                while True:
-                    key = self._key()
-                    self._expect(":")
-                    doc[key] = self._entries() if key == "episodes_files" and self._peek() == "{" else self._value()
-                    if self._expect(",}") == "}":
-                        break
+        else:  # the top level key by key, `episodes_files` entry by entry
+            doc = self._object(lambda key: self._object(lambda _: self._value())
+                               if key == "episodes_files" and self._peek() == "{" else self._value())
         if self._peek():
             raise ValueError(f"Extra data after the manifest's object, at byte {self._read} or before")
         return doc
 
-    def _entries(self) -> dict:
+    def _object(self, value: Callable[[str], Any]) -> dict:
+        """The object whose `{` is next, each member's value read by `value(key)`."""
         self._at += 1
-        entries: dict = {}
+        members: dict = {}
         if self._peek() == "}":
             self._at += 1
-            return entries
+            return members
         while True:
             key = self._key()
             self._expect(":")
-            entries[key] = self._value()
+            members[key] = value(key)
             if self._expect(",}") == "}":
-                return entries
+                return members
 
 
 #: The manifest is read this many bytes at a time when it is read piece by piece (`_ManifestStream`).

@@ -73,9 +73,7 @@ class PartWriter(Counted):
         self._pending = None
 
     def close(self) -> None:
-        if self._pending is not None:
-            _let_go(self._pending[0])
-            self._pending = None
+        self.new_bundle()  # a part still pending here is not stored either
         self._encoder.shutdown(wait=True)
         for reader in self._readers.values():
             reader.close()
